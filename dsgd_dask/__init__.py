@@ -1,0 +1,18 @@
+"""dsgd_dask: kernel methods on data larger than memory, by doubly stochastic gradients on Dask."""
+
+from dsgd_dask.estimators import DSGDKernelPCA
+from dsgd_dask.features import KERNELS, KernelSpec, RandomFeatures, kernel_matrix, median_bandwidth
+from dsgd_dask.model import KernelExpansion
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "KERNELS",
+    "DSGDKernelPCA",
+    "KernelExpansion",
+    "KernelSpec",
+    "RandomFeatures",
+    "__version__",
+    "kernel_matrix",
+    "median_bandwidth",
+]

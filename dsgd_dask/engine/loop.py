@@ -1,0 +1,74 @@
+"""The update loop: runs a plan of chunk tasks, prefetching data, guarding divergence."""
+
+from __future__ import annotations
+
+import sys
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+from dsgd_dask.engine.steps import DivergenceError, KPCAState, run_chunk
+from dsgd_dask.streams.batches import load_slab
+
+#: Halvings of the step size tried before a diverging fit gives up.
+MAX_RESTARTS = 12
+
+
+class Progress:
+    """A one-line progress bar on a terminal stream (steps, samples, rate)."""
+
+    def __init__(self, total: int, batch_size: int, stream=None, width: int = 30):
+        self.total = max(int(total), 1)
+        self.batch_size = batch_size
+        self.stream = stream or sys.stderr
+        self.width = width
+        self.done = 0
+        self.t0 = time.perf_counter()
+
+    def update(self, steps: int) -> None:
+        self.done += steps
+        frac = min(self.done / self.total, 1.0)
+        elapsed = time.perf_counter() - self.t0
+        rate = self.done * self.batch_size / elapsed if elapsed > 0 else 0.0
+        bar = "#" * int(frac * self.width)
+        self.stream.write(
+            f"\r[{bar:<{self.width}}] {self.done}/{self.total} steps  {rate:,.0f} samples/s  {elapsed:6.1f}s"
+        )
+        if self.done >= self.total:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+def run_plan(state: KPCAState, view, tasks, features, cfg, progress: Progress | None = None) -> KPCAState:
+    """Run every chunk task in order, loading the next slab while the current one runs.
+
+    A task whose steps diverge is re-run from its starting state with half the step
+    size (a warning says so); after ``MAX_RESTARTS`` halvings the fit fails.
+    """
+    tasks = iter(tasks)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dsgd-prefetch") as pool:
+        task = next(tasks, None)
+        pending = pool.submit(load_slab, view, task) if task is not None else None
+        while task is not None:
+            slab = pending.result()
+            nxt = next(tasks, None)
+            pending = pool.submit(load_slab, view, nxt) if nxt is not None else None
+            for _ in range(MAX_RESTARTS):
+                try:
+                    new_state = run_chunk(state, slab, task, features, cfg)
+                    break
+                except DivergenceError as err:
+                    state = replace(state, eta_scale=state.eta_scale / 2)
+                    warnings.warn(f"{err}; retrying from step {task.first_step} with half the step size",
+                                  RuntimeWarning, stacklevel=2)
+            else:
+                raise RuntimeError(
+                    f"the updates kept diverging after {MAX_RESTARTS} step-size halvings; "
+                    "check the data scale and lower eta0"
+                )
+            state = new_state
+            if progress is not None:
+                progress.update(task.n_steps)
+            task = nxt
+    return state

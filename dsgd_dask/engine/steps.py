@@ -1,0 +1,70 @@
+"""One chunk task of update steps: a pure function ``state, slab -> state``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from dsgd_dask.features.blocks import RandomFeatures
+from dsgd_dask.model.expansion import evaluate_blocks
+from dsgd_dask.rules.kpca import apply_update, batch_statistics, shrink_matrix, step_size
+from dsgd_dask.streams.batches import ChunkTask
+from dsgd_dask.streams.inputs import check_finite_block
+
+
+class DivergenceError(FloatingPointError):
+    """An update produced non-finite or exploding statistics."""
+
+
+@dataclass(frozen=True)
+class KPCAConfig:
+    """What stays fixed during a fit."""
+
+    n_blocks: int  # feature budget in blocks
+    batch_size: int
+    eta_decay: float
+    center: bool
+    ordered: bool
+    guard_limit: float  # largest allowed diagonal of C before the step counts as diverged
+
+
+@dataclass(frozen=True)
+class KPCAState:
+    """What changes: coefficients of the active blocks, the step count, the step scale."""
+
+    coef: np.ndarray  # (n_active_blocks * block_size, k), float64
+    step: int
+    eta_scale: float  # theta_0 / lambda_ref, halved on each divergence
+
+    def copy(self) -> KPCAState:
+        return replace(self, coef=self.coef.copy())
+
+
+def kpca_step(coef: np.ndarray, X: np.ndarray, t: int, eta_scale: float,
+              features: RandomFeatures, cfg: KPCAConfig) -> np.ndarray:
+    """Apply step ``t`` on the mini-batch ``X``; returns the new coefficients."""
+    m = features.block_size
+    n_active = coef.shape[0] // m
+    growing = n_active < cfg.n_blocks
+    target = n_active if growing else t % n_active
+    h, z = evaluate_blocks(features, coef, X, keep_block=target)
+    C, g = batch_statistics(h, z, cfg.center)
+    if not (np.isfinite(C).all() and np.isfinite(g).all()) or C.diagonal().max() > cfg.guard_limit:
+        raise DivergenceError(f"update step {t} diverged (max variance {C.diagonal().max():.3g})")
+    eta = step_size(eta_scale, cfg.eta_decay, t)
+    if growing:
+        return np.concatenate([coef @ shrink_matrix(C, eta, cfg.ordered), eta * g])
+    apply_update(coef, coef.shape[0], slice(target * m, (target + 1) * m), g, C, eta, cfg.ordered)
+    return coef
+
+
+def run_chunk(state: KPCAState, slab: np.ndarray, task: ChunkTask, features: RandomFeatures,
+              cfg: KPCAConfig) -> KPCAState:
+    """Run the steps of ``task`` on its rows ``slab``; the input state is not modified."""
+    where = f"chunk {task.chunk}" if task.chunk >= 0 else f"rows of epoch {task.epoch}"
+    check_finite_block(slab, where)
+    coef = state.coef.copy()
+    for i, rows in enumerate(task.batches(slab.shape[0], cfg.batch_size)):
+        coef = kpca_step(coef, slab[rows], task.first_step + i, state.eta_scale, features, cfg)
+    return KPCAState(coef, task.first_step + task.n_steps, state.eta_scale)

@@ -1,0 +1,105 @@
+"""What every random-feature estimator shares: input validation, seeds, kernel set-up."""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+from sklearn.utils.validation import validate_data
+
+from dsgd_dask._validation import check_choice, check_float, check_int, check_seed
+from dsgd_dask.features.bandwidth import MEDIAN_SAMPLE, median_bandwidth
+from dsgd_dask.features.blocks import RandomFeatures
+from dsgd_dask.features.kernels import KernelSpec, parse_kernel
+from dsgd_dask.streams.inputs import DataView, as_view, check_finite_block, is_lazy_input
+
+
+class RandomFeatureEstimatorMixin:
+    """Input validation and feature set-up shared by the dsgd_dask estimators.
+
+    Expects the parameters ``kernel``, ``bandwidth``, ``kernel_params``, ``block_size``,
+    ``compute_dtype``, ``cache_bytes`` and ``random_state``.
+    """
+
+    def _validate_input(self, X, reset: bool) -> DataView:
+        """Validate ``X`` (numpy, dask, Zarr, xarray) and record or check its shape.
+
+        Lazy inputs are checked without computing; values are checked chunk by chunk
+        when they are read.
+        """
+        import xarray as xr
+
+        if is_lazy_input(X) or isinstance(X, xr.DataArray):
+            view = as_view(X)
+            if not view.is_dask:
+                check_finite_block(view.data, "X")
+            self._check_n_features(view, reset)
+            self._check_dims(view, reset)
+            return view
+        data = validate_data(self, X, reset=reset, dtype=[np.float64, np.float32])
+        if reset:
+            self.feature_dim_ = None
+            self.feature_coords_ = None
+        return DataView(data)
+
+    def _check_n_features(self, view: DataView, reset: bool) -> None:
+        name = type(self).__name__
+        if reset:
+            self.n_features_in_ = view.n_features
+            if hasattr(self, "feature_names_in_"):
+                del self.feature_names_in_
+        elif view.n_features != self.n_features_in_:
+            raise ValueError(
+                f"X has {view.n_features} features, but {name} is expecting "
+                f"{self.n_features_in_} features as input."
+            )
+
+    def _check_dims(self, view: DataView, reset: bool) -> None:
+        if reset:
+            self.feature_dim_ = view.dims[1] if view.dims else None
+            self.feature_coords_ = view.feature_coords
+            return
+        if view.dims is None or self.feature_dim_ is None:
+            return
+        if view.dims[1] != self.feature_dim_:
+            raise ValueError(
+                f"X has feature dimension {view.dims[1]!r} but the model was fitted on "
+                f"{self.feature_dim_!r}; transpose or rename the DataArray"
+            )
+        if self.feature_coords_ is not None and view.feature_coords is not None and not np.array_equal(
+            np.asarray(self.feature_coords_), np.asarray(view.feature_coords)
+        ):
+            raise ValueError(
+                f"the coordinates of dimension {self.feature_dim_!r} differ from those seen in fit; "
+                "select the same features in the same order"
+            )
+
+    def _kernel_spec(self, sample: np.ndarray) -> KernelSpec:
+        """The kernel with its bandwidth: a number, or the median trick on ``sample``."""
+        spec = parse_kernel(self.kernel, 1.0, self.kernel_params)
+        bw = self.bandwidth
+        if isinstance(bw, str):
+            check_choice(bw, "bandwidth", ("median",))
+            if sample.shape[0] < 2 and spec.distance_metric != "norm":
+                raise ValueError(
+                    f"bandwidth='median' needs at least 2 samples, got {sample.shape[0]} sample"
+                )
+            bw = median_bandwidth(sample[:MEDIAN_SAMPLE], spec.distance_metric)
+        elif isinstance(bw, bool) or not isinstance(bw, numbers.Real):
+            raise TypeError(f"bandwidth must be 'median' or a positive number, got {bw!r}")
+        return spec.with_bandwidth(bw)
+
+    def _make_features(self, spec: KernelSpec, sample: np.ndarray, seed: int) -> RandomFeatures:
+        dtype = check_choice(self.compute_dtype, "compute_dtype", ("float32", "float64"))
+        block_size = check_int(self.block_size, "block_size")
+        cache = None if self.cache_bytes is None else check_int(self.cache_bytes, "cache_bytes", 0)
+        center = sample.mean(axis=0) if spec.shift_invariant else None
+        return RandomFeatures(spec, sample.shape[1], block_size, seed, dtype, center=center, cache_bytes=cache)
+
+    @staticmethod
+    def _seed(random_state) -> int:
+        return check_seed(random_state)
+
+    @staticmethod
+    def _check_positive(value, name: str) -> float:
+        return check_float(value, name)

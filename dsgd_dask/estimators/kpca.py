@@ -1,0 +1,341 @@
+"""DSGDKernelPCA: doubly stochastic kernel PCA as a scikit-learn transformer."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.utils.validation import check_is_fitted
+
+from dsgd_dask._validation import check_choice, check_float, check_int
+from dsgd_dask.engine.loop import Progress, run_plan
+from dsgd_dask.engine.steps import KPCAConfig, KPCAState
+from dsgd_dask.estimators._base import RandomFeatureEstimatorMixin
+from dsgd_dask.model.expansion import KernelExpansion
+from dsgd_dask.streams.batches import chunk_tasks, sample_rows
+from dsgd_dask.transform.lazy import apply_rows
+
+#: Rows of the seeded sample used for the bandwidth, the initial solve and the final
+#: centring/ordering statistics (all rows when the data has fewer).
+N_SAMPLE = 10_000
+#: Rows of that sample used by the initial random-feature solve.
+N_INIT = 2_000
+#: A step whose largest component variance exceeds this many times the initial top
+#: eigenvalue counts as diverged.
+GUARD_FACTOR = 100.0
+
+
+class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin,
+                    BaseEstimator):
+    """Kernel PCA by doubly stochastic gradients, on data of any size.
+
+    Every update step samples a mini-batch of rows *and* a block of random Fourier
+    features of the kernel. The model keeps only the seeds of the blocks and their
+    coefficients (``n_features x n_components`` numbers), never the data or an
+    ``n x n`` matrix, and regenerates the features from their seeds whenever it
+    evaluates. Numpy, dask, Zarr and xarray inputs are accepted; on dask and xarray
+    inputs :meth:`transform` is lazy.
+
+    Parameters
+    ----------
+    n_components : int, default=5
+        Number of principal components ``k``.
+    kernel : {"gaussian", "laplacian", "cauchy", "matern", "arccos"}, default="gaussian"
+        Kernel family (``"rbf"`` is an alias of ``"gaussian"``).
+    bandwidth : "median" or float, default="median"
+        Length scale ``sigma``; ``"median"`` takes the median pairwise distance of a
+        seeded sample of 1000 rows (the kernel's own distance: L1 for laplacian; the
+        median row norm for arccos).
+    kernel_params : dict, optional
+        ``{"nu": 0.5 | 1.5 | 2.5}`` for matern, ``{"order": 0 | 1 | 2}`` for arccos.
+    n_features : int or "auto", default="auto"
+        Feature budget ``M`` (rounded up to whole blocks). Features grow by one block per
+        step until the budget is reached; later steps revisit the blocks in turn.
+        ``"auto"`` takes ``min(4096, max(1024, 2 n))``.
+    block_size : int, default=256
+        Features per block ``m`` (sampled together in one step); ``>= n_components``.
+    batch_size : int, default=256
+        Rows per step ``B``.
+    max_iter : int or "auto", default="auto"
+        Number of update steps; ``"auto"`` takes ``max(250, min(3 epochs, 3000))``.
+    eta0 : float, default=0.5
+        ``theta_0`` of the step size ``eta_t = theta_0 / (lambda_1 (1 + theta_1 t))``,
+        relative to the top-eigenvalue estimate ``lambda_1`` of the initial solve, so
+        that the default works on any data scale.
+    eta_decay : float, default=0.01
+        ``theta_1`` of the step size.
+    init : {"rca", "random"}, default="rca"
+        Start from the top components of the random-feature covariance of the first
+        block on a sample (``"rca"``), or from small random coefficients.
+    center : bool, default=True
+        Centre the features (kernel PCA of the centred covariance operator, as
+        scikit-learn's ``KernelPCA``). Without centring the mean function dominates.
+    ordered : bool, default=False
+        Use the generalised Hebbian rule, which finds the individual eigenfunctions in
+        order of eigenvalue. Otherwise the subspace (Oja) rule is used and the basis is
+        rotated to the eigenfunctions of the subspace at the end of the fit.
+    compute_dtype : {"float32", "float64"}, default="float32"
+        Precision of the features; coefficients and statistics accumulate in float64.
+    cache_bytes : int, optional
+        Memory budget for cached feature blocks; ``None`` uses a quarter of the free
+        memory (at most 4 GiB), 0 regenerates every block at every use.
+    verbose : bool, default=False
+        Print a progress bar of the update steps.
+    random_state : int, RandomState instance or None, default=None
+        Root seed of the feature blocks and of the mini-batch shuffles.
+
+    Attributes
+    ----------
+    eigenvalues_ : ndarray of shape (n_components,)
+        Variance of each component on the fit sample: the eigenvalues of the (centred)
+        covariance operator, i.e. scikit-learn ``KernelPCA.eigenvalues_ / n_samples``.
+    model_ : KernelExpansion
+        The fitted functions (seeds, coefficient blocks, centring offset).
+    bandwidth_ : float
+        The bandwidth used.
+    n_features_ : int
+        Number of random features in the model.
+    n_iter_ : int
+        Update steps taken.
+    seed_ : int
+        Root seed the model was built from.
+    n_features_in_ : int
+        Number of input features.
+    feature_names_in_ : ndarray of str
+        Input column names, when fitted on a DataFrame.
+    feature_dim_ : str or None
+        Feature dimension name, when fitted on an xarray DataArray.
+
+    Notes
+    -----
+    One step with mini-batch ``X`` and block ``t``: ``h = H(X)``, ``C = h^T h / B``,
+    old coefficients ``A_j <- A_j (I - eta C)`` (``I - eta UT[C]`` when ordered),
+    ``A_t <- A_t + eta z_t(X)^T h / B``. Cost ``2 B d M`` flops for the features plus
+    ``2 B M k``; memory ``O(M k)`` plus cached blocks.
+
+    References
+    ----------
+    B. Xie, Y. Liang, L. Song, "Scale up nonlinear component analysis with doubly
+    stochastic gradients", NIPS 2015.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dsgd_dask import DSGDKernelPCA
+    >>> X = np.random.default_rng(0).normal(size=(500, 3))
+    >>> kpca = DSGDKernelPCA(n_components=2, n_features=512, max_iter=50, random_state=0)
+    >>> kpca.fit_transform(X).shape
+    (500, 2)
+    """
+
+    def __init__(self, n_components=5, *, kernel="gaussian", bandwidth="median", kernel_params=None,
+                 n_features="auto", block_size=256, batch_size=256, max_iter="auto", eta0=0.5,
+                 eta_decay=0.01, init="rca", center=True, ordered=False, compute_dtype="float32",
+                 cache_bytes=None, verbose=False, random_state=None):
+        self.n_components = n_components
+        self.kernel = kernel
+        self.bandwidth = bandwidth
+        self.kernel_params = kernel_params
+        self.n_features = n_features
+        self.block_size = block_size
+        self.batch_size = batch_size
+        self.max_iter = max_iter
+        self.eta0 = eta0
+        self.eta_decay = eta_decay
+        self.init = init
+        self.center = center
+        self.ordered = ordered
+        self.compute_dtype = compute_dtype
+        self.cache_bytes = cache_bytes
+        self.verbose = verbose
+        self.random_state = random_state
+
+    # -- fitting -----------------------------------------------------------------------
+    def fit(self, X, y=None):
+        """Fit the components by doubly stochastic gradient steps over ``X``.
+
+        Parameters
+        ----------
+        X : array-like, dask array, Zarr array or xarray DataArray of shape (n_samples, n_features)
+            Training data; lazy inputs are streamed chunk by chunk.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        self : DSGDKernelPCA
+        """
+        view = self._validate_input(X, reset=True)
+        self._initialise(view)
+        n_steps = self._n_steps(view)
+        self._run(view, n_steps, epoch_offset=0)
+        self._finalise(self._sample)
+        del self._sample
+        return self
+
+    def partial_fit(self, X, y=None):
+        """One pass of update steps over ``X`` (the first call also initialises).
+
+        The centring offset, the ordering of the components and ``eigenvalues_`` are
+        recomputed on a sample of ``X`` after each call.
+
+        Parameters
+        ----------
+        X : array-like, dask array, Zarr array or xarray DataArray of shape (n_samples, n_features)
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        self : DSGDKernelPCA
+        """
+        first = not hasattr(self, "state_")
+        view = self._validate_input(X, reset=first)
+        if first:
+            self._initialise(view)
+            sample = self._sample
+            del self._sample
+        else:
+            sample = sample_rows(view, N_SAMPLE, self.seed_, key=self.n_passes_ + 1)
+        n_steps = max(1, -(-view.n_samples // self._params["batch_size"]))
+        self._run(view, n_steps, epoch_offset=self.n_passes_)
+        self._finalise(sample)
+        return self
+
+    def _check_params(self, n_samples: int) -> dict:
+        k = check_int(self.n_components, "n_components")
+        block = check_int(self.block_size, "block_size")
+        budget = check_int(self.n_features, "n_features", allow=("auto",))
+        if budget == "auto":
+            budget = min(4096, max(1024, 2 * n_samples))
+        n_blocks = -(-budget // block)
+        if k > n_blocks * block:
+            raise ValueError(f"n_components={k} must be <= n_features={n_blocks * block}")
+        if k > block:
+            raise ValueError(f"n_components={k} must be <= block_size={block} (the initial block)")
+        max_iter = check_int(self.max_iter, "max_iter", allow=("auto",))
+        batch = check_int(self.batch_size, "batch_size")
+        if max_iter == "auto":
+            epochs3 = 3 * -(-n_samples // batch)
+            max_iter = max(250, min(epochs3, 3000))
+        return {
+            "n_components": k,
+            "block_size": block,
+            "n_blocks": n_blocks,
+            "batch_size": batch,
+            "max_iter": max_iter,
+            "eta0": check_float(self.eta0, "eta0"),
+            "eta_decay": check_float(self.eta_decay, "eta_decay", strict=False),
+            "init": check_choice(self.init, "init", ("rca", "random")),
+            "center": bool(check_choice(self.center, "center", (True, False))),
+            "ordered": bool(check_choice(self.ordered, "ordered", (True, False))),
+        }
+
+    def _initialise(self, view) -> None:
+        """Seed, sample, bandwidth, features and the initial solve."""
+        p = self._params = self._check_params(view.n_samples)
+        self.seed_ = self._seed(self.random_state)
+        sample = sample_rows(view, N_SAMPLE, self.seed_)
+        spec = self._kernel_spec(sample)
+        features = self._make_features(spec, sample, self.seed_)
+        k = p["n_components"]
+        z0 = features.transform(sample[:N_INIT], 0, 1).astype(np.float64)
+        if p["center"]:
+            z0 -= z0.mean(axis=0)
+        vals, vecs = np.linalg.eigh(z0.T @ z0 / z0.shape[0])
+        vals, vecs = vals[::-1], vecs[:, ::-1]
+        lam = float(vals[0])
+        if not np.isfinite(lam) or lam <= 0:
+            raise ValueError("the data sample has no variance under this kernel; check the bandwidth")
+        if p["init"] == "rca":
+            coef = vecs[:, :k].copy()
+        else:
+            rng = np.random.default_rng(self.seed_)
+            coef = rng.standard_normal((features.block_size, k)) * 1e-3
+        self.state_ = KPCAState(coef, 0, p["eta0"] / lam)
+        self._config = KPCAConfig(
+            n_blocks=p["n_blocks"], batch_size=p["batch_size"], eta_decay=p["eta_decay"],
+            center=p["center"], ordered=p["ordered"], guard_limit=GUARD_FACTOR * lam,
+        )
+        self._features = features
+        self._sample = sample
+        self.bandwidth_ = spec.bandwidth
+        self.kernel_ = spec
+        self.n_passes_ = 0
+
+    def _n_steps(self, view) -> int:
+        return self._params["max_iter"]
+
+    def _run(self, view, n_steps: int, epoch_offset: int) -> None:
+        state = self.state_
+        tasks = chunk_tasks(view, self._params["batch_size"], self.seed_, state.step, n_steps,
+                            epoch_offset=epoch_offset)
+        progress = Progress(n_steps, self._params["batch_size"]) if self.verbose else None
+        self.state_ = run_plan(state, view, tasks, self._features, self._config, progress)
+        self.n_iter_ = self.state_.step
+        self.n_passes_ += 1
+
+    def _finalise(self, sample: np.ndarray) -> None:
+        """Centring offset, eigen-ordering and eigenvalues from the fit sample."""
+        raw = KernelExpansion(self._features, self.state_.coef)
+        h = raw.evaluate(sample)
+        mean = h.mean(axis=0) if self._config.center else np.zeros(h.shape[1])
+        hc = h - mean
+        cov = hc.T @ hc / h.shape[0]
+        if self._config.ordered:
+            rot = np.eye(cov.shape[0])
+        else:
+            _, rot = np.linalg.eigh(cov)
+            rot = rot[:, ::-1]
+        hr = hc @ rot
+        # deterministic signs: the largest-magnitude value of each component is positive
+        signs = np.sign(hr[np.abs(hr).argmax(axis=0), np.arange(hr.shape[1])])
+        signs[signs == 0] = 1.0
+        rot = rot * signs
+        coef = self.state_.coef @ rot
+        self.model_ = KernelExpansion(self._features, coef, mean @ rot)
+        self.model_.token = _fingerprint(self.model_)
+        self.eigenvalues_ = np.einsum("ij,jk,ki->i", rot.T, cov, rot)
+        self.n_features_ = coef.shape[0]
+        self._n_features_out = coef.shape[1]
+
+    # -- transforming ------------------------------------------------------------------
+    def transform(self, X):
+        """Project ``X`` on the fitted components.
+
+        Parameters
+        ----------
+        X : array-like, dask array, Zarr array or xarray DataArray of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray, dask array or DataArray of shape (n_samples, n_components)
+            Numpy in, numpy out (float64). Dask or Zarr in: a lazy dask array with one
+            task per row chunk, regenerating the feature blocks inside the task. A
+            DataArray in: a DataArray with dims ``(sample_dim, "component")`` keeping the
+            sample coordinates, lazy when the input is dask-backed.
+        """
+        check_is_fitted(self, "model_")
+        view = self._validate_input(X, reset=False)
+        return apply_rows(view, self.model_.evaluate, self.model_.n_outputs, self.model_.token,
+                          "dsgdkernelpca")
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = False
+        tags.non_deterministic = self.random_state is None
+        return tags
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state.pop("_sample", None)
+        return state
+
+
+def _fingerprint(model: KernelExpansion) -> str:
+    h = hashlib.sha1(repr(sorted(model.features.to_dict().items())).encode())
+    for arr in (model.coef, model.offset, model.features.center):
+        if arr is not None:
+            h.update(np.ascontiguousarray(arr).tobytes())
+    return h.hexdigest()

@@ -1,0 +1,15 @@
+"""Layer 1 - kernels, spectral samplers, seeded feature blocks, the median trick."""
+
+from dsgd_dask.features.bandwidth import median_bandwidth
+from dsgd_dask.features.blocks import RandomFeatures, generate_block
+from dsgd_dask.features.kernels import KERNELS, KernelSpec, kernel_matrix, parse_kernel
+
+__all__ = [
+    "KERNELS",
+    "KernelSpec",
+    "RandomFeatures",
+    "generate_block",
+    "kernel_matrix",
+    "median_bandwidth",
+    "parse_kernel",
+]

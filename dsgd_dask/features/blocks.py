@@ -1,0 +1,208 @@
+"""Seeded random-feature blocks, regenerated anywhere from ``(seed, block index)``.
+
+Block ``j`` holds ``m`` features ``z_j(x) = sqrt(2/m) cos((x - c) W_j + b_j)`` (arc-cosine:
+``sqrt(2/m) max(0, x W_j)^n``), so that ``z_j(x) . z_j(y)`` is an unbiased estimate of
+``k(x, y)``. ``W_j`` and ``b_j`` come from their own counter-based stream
+``SeedSequence(seed, spawn_key=(j,))``: the same bytes in any process, on any worker,
+independently of every other block.
+
+Blocks are grouped in *pages* of consecutive blocks stored contiguously, so that a
+batch meets one wide GEMM per page. Pages are cached up to a byte budget and
+regenerated beyond it.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from dsgd_dask.features.kernels import KernelSpec, sample_frequencies
+
+#: Columns of one page: wide enough for an efficient GEMM, small enough to bound
+#: the temporaries of an evaluation (rows x page columns).
+PAGE_COLUMNS = 4096
+
+
+def default_cache_bytes() -> int:
+    """A quarter of the memory available now, at most 4 GiB."""
+    try:
+        import psutil
+
+        avail = psutil.virtual_memory().available
+    except Exception:  # pragma: no cover - psutil ships with distributed
+        avail = 4 << 30
+    return int(min(avail // 4, 4 << 30))
+
+
+def block_rng(seed: int, block: int) -> np.random.Generator:
+    """The random stream of one feature block."""
+    return np.random.Generator(np.random.SFC64(np.random.SeedSequence(seed, spawn_key=(int(block),))))
+
+
+def generate_block(spec: KernelSpec, d: int, m: int, seed: int, block: int, dtype="float32"):
+    """Regenerate block ``block``: frequencies ``W`` (d x m) and phases ``b`` (m,)."""
+    dtype = np.dtype(dtype)
+    rng = block_rng(seed, block)
+    w = sample_frequencies(spec, rng, d, m, dtype)
+    if spec.shift_invariant:
+        b = rng.uniform(0.0, 2.0 * np.pi, size=m).astype(dtype)
+    else:
+        b = np.zeros(m, dtype=dtype)
+    return w, b
+
+
+class RandomFeatures:
+    """A stream of seeded random-feature blocks for one kernel.
+
+    Parameters
+    ----------
+    kernel : KernelSpec
+        Kernel with its bandwidth.
+    n_features_in : int
+        Input dimension ``d``.
+    block_size : int
+        Features per block ``m``.
+    seed : int
+        Root seed; block ``j`` uses ``SeedSequence(seed, spawn_key=(j,))``.
+    dtype : {"float32", "float64"}
+        Precision of the features (GEMM and cosine). Coefficients stay float64.
+    center : ndarray of shape (d,), optional
+        A point subtracted from the inputs before the features of a shift-invariant
+        kernel (exactly equivalent to shifting the phases; it keeps ``x W`` small, which
+        float32 needs).
+    cache_bytes : int, optional
+        Budget for cached pages; ``None`` takes :func:`default_cache_bytes`, 0 disables.
+    """
+
+    def __init__(self, kernel: KernelSpec, n_features_in: int, block_size: int, seed: int,
+                 dtype="float32", center=None, cache_bytes: int | None = None):
+        self.kernel = kernel
+        self.n_features_in = int(n_features_in)
+        self.block_size = int(block_size)
+        self.seed = int(seed)
+        self.dtype = np.dtype(dtype)
+        if self.dtype not in (np.float32, np.float64):
+            raise ValueError(f"feature dtype must be float32 or float64, got {self.dtype}")
+        if center is not None and kernel.shift_invariant:
+            center = np.asarray(center, dtype=self.dtype).reshape(-1)
+            if center.shape != (self.n_features_in,):
+                raise ValueError(f"center must have shape ({self.n_features_in},), got {center.shape}")
+        else:
+            center = None
+        self.center = center
+        self.cache_bytes = default_cache_bytes() if cache_bytes is None else int(cache_bytes)
+        self.blocks_per_page = max(1, PAGE_COLUMNS // self.block_size)
+        self._init_cache()
+
+    # -- cache handling -------------------------------------------------------------
+    def _init_cache(self) -> None:
+        self._pages: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}
+        self._cached_bytes = 0
+        self._lock = threading.Lock()
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        for key in ("_pages", "_cached_bytes", "_lock"):
+            state.pop(key, None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._init_cache()
+
+    def clear_cache(self) -> None:
+        with self._lock:
+            self._init_cache()
+
+    @property
+    def page_bytes(self) -> int:
+        return (self.n_features_in + 1) * self.blocks_per_page * self.block_size * self.dtype.itemsize
+
+    def block(self, j: int):
+        """Frequencies and phases of block ``j`` (regenerated, never cached)."""
+        return generate_block(self.kernel, self.n_features_in, self.block_size, self.seed, j, self.dtype)
+
+    def page(self, p: int, n_blocks: int):
+        """Frequencies ``(d, nb*m)`` and phases of the blocks of page ``p`` below ``n_blocks``."""
+        first = p * self.blocks_per_page
+        nb = min(self.blocks_per_page, n_blocks - first)
+        if nb <= 0:
+            raise IndexError(f"page {p} is empty for {n_blocks} blocks")
+        m = self.block_size
+        with self._lock:
+            entry = self._pages.get(p)
+            if entry is not None and entry[2] >= nb:
+                return entry[0][:, : nb * m], entry[1][: nb * m]
+            cacheable = entry is not None or self._cached_bytes + self.page_bytes <= self.cache_bytes
+            if entry is None:
+                cols = self.blocks_per_page * m if cacheable else nb * m
+                w = np.empty((self.n_features_in, cols), dtype=self.dtype)
+                b = np.empty(cols, dtype=self.dtype)
+                filled = 0
+            else:
+                w, b, filled = entry
+            for i in range(filled, nb):
+                w[:, i * m:(i + 1) * m], b[i * m:(i + 1) * m] = self.block(first + i)
+            if cacheable:
+                if entry is None:
+                    self._cached_bytes += self.page_bytes
+                self._pages[p] = (w, b, nb)
+            return w[:, : nb * m], b[: nb * m]
+
+    def pages(self, start_block: int, stop_block: int):
+        """Yield ``(block0, block1, W, b)`` over the pages covering ``[start_block, stop_block)``."""
+        bpp = self.blocks_per_page
+        m = self.block_size
+        for p in range(start_block // bpp, (stop_block - 1) // bpp + 1 if stop_block > start_block else 0):
+            w, b = self.page(p, stop_block)
+            first = p * bpp
+            lo = max(start_block, first) - first
+            hi = min(stop_block, first + bpp) - first
+            yield first + lo, first + hi, w[:, lo * m:hi * m], b[lo * m:hi * m]
+
+    # -- feature evaluation -----------------------------------------------------------
+    def prepare(self, X) -> np.ndarray:
+        """Inputs in the feature dtype, shifted by ``center``."""
+        X = np.asarray(X)
+        if self.center is not None:
+            return np.subtract(X, self.center, dtype=self.dtype)
+        return X.astype(self.dtype, copy=False)
+
+    def apply(self, Xp: np.ndarray, w: np.ndarray, b: np.ndarray, out=None) -> np.ndarray:
+        """Features of prepared inputs for frequencies ``w`` and phases ``b`` (in place in ``out``)."""
+        z = np.matmul(Xp, w, out=out)
+        scale = self.dtype.type(np.sqrt(2.0 / self.block_size))
+        if self.kernel.shift_invariant:
+            z += b
+            np.cos(z, out=z)
+            z *= scale
+        else:
+            order = self.kernel.order
+            if order == 0:
+                np.greater(z, 0, out=z)
+                z *= scale
+            else:
+                np.maximum(z, 0, out=z)
+                if order == 2:
+                    np.square(z, out=z)
+                z *= scale
+        return z
+
+    def transform(self, X, start_block: int, stop_block: int) -> np.ndarray:
+        """Features of blocks ``[start_block, stop_block)`` on ``X``: ``(n, (stop-start) m)``."""
+        Xp = self.prepare(X)
+        m = self.block_size
+        out = np.empty((Xp.shape[0], (stop_block - start_block) * m), dtype=self.dtype)
+        for b0, b1, w, b in self.pages(start_block, stop_block):
+            out[:, (b0 - start_block) * m:(b1 - start_block) * m] = self.apply(Xp, w, b)
+        return out
+
+    def to_dict(self) -> dict:
+        return {
+            "kernel": self.kernel.to_dict(),
+            "n_features_in": self.n_features_in,
+            "block_size": self.block_size,
+            "seed": self.seed,
+            "dtype": self.dtype.name,
+        }

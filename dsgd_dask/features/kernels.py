@@ -1,0 +1,162 @@
+"""Kernels: their parameters, spectral samplers and exact values.
+
+Every kernel is normalised so that a shift-invariant one has ``k(0) = 1``; the
+bandwidth ``sigma`` scales the input (``k(x, y) = k_1(x / sigma, y / sigma)``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from scipy.spatial.distance import cdist
+
+KernelName = Literal["gaussian", "laplacian", "cauchy", "matern", "arccos"]
+
+KERNELS: tuple[str, ...] = ("gaussian", "laplacian", "cauchy", "matern", "arccos")
+_ALIASES = {"rbf": "gaussian"}
+MATERN_NU: tuple[float, ...] = (0.5, 1.5, 2.5)
+ARCCOS_ORDERS: tuple[int, ...] = (0, 1, 2)
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """A kernel with its bandwidth and shape parameter.
+
+    Parameters
+    ----------
+    name : {"gaussian", "laplacian", "cauchy", "matern", "arccos"}
+        Kernel family (``"rbf"`` is accepted for ``"gaussian"``).
+    bandwidth : float
+        Positive length scale ``sigma``.
+    nu : float, optional
+        Matérn smoothness, one of 0.5, 1.5, 2.5 (default 1.5).
+    order : int, optional
+        Arc-cosine order, one of 0, 1, 2 (default 1).
+    """
+
+    name: str
+    bandwidth: float = 1.0
+    nu: float | None = None
+    order: int | None = None
+
+    def __post_init__(self) -> None:
+        name = _ALIASES.get(self.name, self.name) if isinstance(self.name, str) else self.name
+        if name not in KERNELS:
+            raise ValueError(f"unknown kernel {self.name!r}; choose one of {', '.join(KERNELS)}")
+        object.__setattr__(self, "name", name)
+        bw = self.bandwidth
+        if isinstance(bw, bool) or not isinstance(bw, (int, float, np.integer, np.floating)):
+            raise TypeError(f"bandwidth must be a number, got {type(bw).__name__}")
+        if not np.isfinite(bw) or bw <= 0:
+            raise ValueError(f"bandwidth must be a positive finite number, got {bw!r}")
+        object.__setattr__(self, "bandwidth", float(bw))
+        if name == "matern":
+            nu = 1.5 if self.nu is None else float(self.nu)
+            if nu not in MATERN_NU:
+                raise ValueError(f"matern nu must be one of {MATERN_NU}, got {self.nu!r}")
+            object.__setattr__(self, "nu", nu)
+        elif self.nu is not None:
+            raise ValueError(f"nu applies to the matern kernel only, not {name!r}")
+        if name == "arccos":
+            order = 1 if self.order is None else self.order
+            if order not in ARCCOS_ORDERS:
+                raise ValueError(f"arccos order must be one of {ARCCOS_ORDERS}, got {self.order!r}")
+            object.__setattr__(self, "order", int(order))
+        elif self.order is not None:
+            raise ValueError(f"order applies to the arccos kernel only, not {name!r}")
+
+    @property
+    def shift_invariant(self) -> bool:
+        """Whether ``k(x, y)`` depends on ``x - y`` only."""
+        return self.name != "arccos"
+
+    @property
+    def distance_metric(self) -> str:
+        """The distance whose median sets the bandwidth (``"norm"`` for arccos)."""
+        return {"laplacian": "cityblock", "arccos": "norm"}.get(self.name, "euclidean")
+
+    def with_bandwidth(self, bandwidth: float) -> KernelSpec:
+        return KernelSpec(self.name, bandwidth, self.nu, self.order)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "bandwidth": self.bandwidth, "nu": self.nu, "order": self.order}
+
+
+def parse_kernel(kernel: str, bandwidth: float = 1.0, kernel_params: dict | None = None) -> KernelSpec:
+    """Build a :class:`KernelSpec` from estimator parameters, with clear errors."""
+    if not isinstance(kernel, str):
+        raise TypeError(f"kernel must be a string, got {type(kernel).__name__}")
+    params = dict(kernel_params or {})
+    unknown = set(params) - {"nu", "order"}
+    if unknown:
+        raise ValueError(f"unknown kernel_params {sorted(unknown)}; allowed: 'nu' (matern), 'order' (arccos)")
+    return KernelSpec(kernel, bandwidth, params.get("nu"), params.get("order"))
+
+
+def sample_frequencies(spec: KernelSpec, rng: np.random.Generator, d: int, m: int, dtype) -> np.ndarray:
+    """Draw ``m`` frequency vectors (a ``d x m`` matrix) from the kernel's spectral measure.
+
+    The bandwidth is already applied (columns are ``omega / sigma``).
+    """
+    dtype = np.dtype(dtype)
+    name = spec.name
+    if name in ("gaussian", "arccos"):
+        w = rng.standard_normal((d, m), dtype=dtype)
+    elif name == "laplacian":
+        # Cauchy(0, 1) as the ratio of two standard normals.
+        w = rng.standard_normal((d, m), dtype=dtype)
+        w /= rng.standard_normal((d, m), dtype=dtype)
+    elif name == "cauchy":
+        # Laplace(0, 1) as the difference of two standard exponentials.
+        w = rng.standard_exponential((d, m), dtype=dtype)
+        w -= rng.standard_exponential((d, m), dtype=dtype)
+    else:  # matern: multivariate t with 2 nu degrees of freedom
+        w = rng.standard_normal((d, m), dtype=dtype)
+        u = rng.chisquare(2.0 * spec.nu, size=m)
+        w *= np.sqrt(2.0 * spec.nu / u).astype(dtype)
+    w *= dtype.type(1.0 / spec.bandwidth)
+    return w
+
+
+def kernel_matrix(spec: KernelSpec, X: np.ndarray, Y: np.ndarray | None = None) -> np.ndarray:
+    """Exact kernel matrix ``k(X_i, Y_j)`` in float64 (dense; for small inputs and tests)."""
+    X = np.asarray(X, dtype=np.float64)
+    Y = X if Y is None else np.asarray(Y, dtype=np.float64)
+    s = spec.bandwidth
+    name = spec.name
+    if name == "gaussian":
+        return np.exp(-cdist(X, Y, "sqeuclidean") / (2.0 * s * s))
+    if name == "laplacian":
+        return np.exp(-cdist(X, Y, "cityblock") / s)
+    if name == "cauchy":
+        logk = np.zeros((X.shape[0], Y.shape[0]))
+        for i in range(X.shape[1]):
+            diff = (X[:, i, None] - Y[None, :, i]) / s
+            logk -= np.log1p(diff * diff)
+        return np.exp(logk)
+    if name == "matern":
+        r = cdist(X, Y, "euclidean") / s
+        if spec.nu == 0.5:
+            return np.exp(-r)
+        if spec.nu == 1.5:
+            a = np.sqrt(3.0) * r
+            return (1.0 + a) * np.exp(-a)
+        a = np.sqrt(5.0) * r
+        return (1.0 + a + a * a / 3.0) * np.exp(-a)
+    # arc-cosine kernel (Cho & Saul 2009) of the scaled inputs
+    nx = np.linalg.norm(X, axis=1) / s
+    ny = np.linalg.norm(Y, axis=1) / s
+    denom = np.outer(nx, ny)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cos = np.where(denom > 0, (X @ Y.T) / (s * s) / np.where(denom > 0, denom, 1.0), 1.0)
+    theta = np.arccos(np.clip(cos, -1.0, 1.0))
+    n = spec.order
+    if n == 0:
+        j = np.pi - theta
+    elif n == 1:
+        j = np.sin(theta) + (np.pi - theta) * np.cos(theta)
+    else:
+        j = 3.0 * np.sin(theta) * np.cos(theta) + (np.pi - theta) * (1.0 + 2.0 * np.cos(theta) ** 2)
+    return denom**n * j / np.pi

@@ -1,0 +1,46 @@
+"""Doubly stochastic kernel PCA updates (Xie, Liang & Song 2015, Alg. 1-2) on numpy arrays.
+
+With ``h = H(X)`` on a mini-batch of ``B`` rows and ``z = z_t(X)`` the features of the
+block being updated (a new block while features grow, a revisited one after):
+
+* ``C = h^T h / B`` (centred by the batch mean when ``center``),
+* old coefficients ``A_j <- A_j (I - eta C)`` (Oja subspace rule) or
+  ``A_j <- A_j (I - eta UT[C])`` (generalised Hebbian rule: ordered eigenfunctions),
+* ``A_t <- A_t + eta z^T h / B``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def batch_statistics(h: np.ndarray, z: np.ndarray, center: bool):
+    """The sufficient statistics of one step: ``C`` (k x k) and ``g = z^T h / B`` (m x k).
+
+    Both are float64; ``z`` may be float32.
+    """
+    n = h.shape[0]
+    if center:
+        h = h - h.mean(axis=0)
+        z = z - z.mean(axis=0, dtype=np.float64).astype(z.dtype)
+    C = h.T @ h / n
+    g = (z.T @ h) / n
+    return C, g
+
+
+def shrink_matrix(C: np.ndarray, eta: float, ordered: bool) -> np.ndarray:
+    """``I - eta C`` (subspace rule) or ``I - eta UT[C]`` (ordered rule)."""
+    k = C.shape[0]
+    return np.eye(k) - eta * (np.triu(C) if ordered else C)
+
+
+def apply_update(coef: np.ndarray, n_old_rows: int, target: slice, g: np.ndarray, C: np.ndarray,
+                 eta: float, ordered: bool) -> None:
+    """One update, in place: shrink ``coef[:n_old_rows]`` and add ``eta g`` to ``coef[target]``."""
+    coef[:n_old_rows] = coef[:n_old_rows] @ shrink_matrix(C, eta, ordered)
+    coef[target] += eta * g
+
+
+def step_size(scale: float, decay: float, t: int) -> float:
+    """``eta_t = scale / (1 + decay t)``."""
+    return scale / (1.0 + decay * t)

@@ -1,0 +1,114 @@
+"""Seeded mini-batch plans: which rows every update step sees.
+
+A plan is a sequence of *chunk tasks*; each names a slab of rows (a dask chunk, or a
+piece of a per-epoch permutation of an in-memory array), the number of steps taken on
+it and the seed that shuffles its rows into mini-batches. The plan depends only on the
+seed and the shapes, never on the scheduler, so every scheduler takes the same steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dsgd_dask.streams.inputs import DataView
+
+#: Spawn-key tag separating data streams from feature blocks (which use ``(j,)``).
+STREAM_TAG = 0x5354
+SAMPLE_TAG = 0x5341
+#: Mini-batches per slab of an in-memory array.
+BATCHES_PER_SLAB = 64
+
+
+def stream_rng(seed: int, *key: int) -> np.random.Generator:
+    return np.random.Generator(np.random.SFC64(np.random.SeedSequence(seed, spawn_key=(STREAM_TAG, *key))))
+
+
+@dataclass(frozen=True)
+class ChunkTask:
+    """Steps ``first_step .. first_step + n_steps - 1`` on one slab of rows."""
+
+    epoch: int
+    chunk: int  # dask chunk index, or -1 for an in-memory slab
+    rows: object  # slice (dask: rows within the chunk) or index array (numpy)
+    n_rows: int
+    first_step: int
+    n_steps: int
+    seed: int  # shuffles the slab's rows into mini-batches
+
+    def batches(self, n_rows: int, batch_size: int) -> list[np.ndarray]:
+        """Row indices (into the slab) of this task's mini-batches."""
+        rng = np.random.Generator(np.random.SFC64(self.seed))
+        perm = rng.permutation(n_rows)
+        n_split = max(1, -(-n_rows // batch_size))
+        return np.array_split(perm, n_split)[: self.n_steps]
+
+
+def chunk_tasks(view: DataView, batch_size: int, seed: int, first_step: int, n_steps: int,
+                epoch_offset: int = 0):
+    """Yield the chunk tasks of ``n_steps`` steps starting at global step ``first_step``.
+
+    Epochs are counted from ``epoch_offset``; a truncated last task keeps its first
+    mini-batches.
+    """
+    step = first_step
+    end = first_step + n_steps
+    epoch = epoch_offset
+    n = view.n_samples
+    while step < end:
+        rng = stream_rng(seed, epoch)
+        if view.is_dask:
+            starts = np.cumsum((0, *view.data.chunks[0]))
+            order = rng.permutation(len(view.data.chunks[0]))
+            slabs = [(int(c), slice(int(starts[c]), int(starts[c + 1]))) for c in order]
+        else:
+            perm = rng.permutation(n)
+            width = BATCHES_PER_SLAB * batch_size
+            slabs = [(-1, np.sort(perm[a:a + width])) for a in range(0, n, width)]
+        seeds = rng.integers(0, 2**63, size=len(slabs))
+        for (chunk, rows), s in zip(slabs, seeds, strict=True):
+            n_rows = rows.stop - rows.start if isinstance(rows, slice) else len(rows)
+            k = min(max(1, -(-n_rows // batch_size)), end - step)
+            yield ChunkTask(epoch, chunk, rows, n_rows, step, k, int(s))
+            step += k
+            if step >= end:
+                return
+        epoch += 1
+
+
+def load_slab(view: DataView, task: ChunkTask) -> np.ndarray:
+    """The rows of one task as a numpy array (computes one dask chunk)."""
+    if view.is_dask:
+        return np.asarray(view.data.blocks[task.chunk].compute())
+    return view.data[task.rows]
+
+
+def sample_rows(view: DataView, n: int, seed: int, key: int = 0, max_chunks: int = 8) -> np.ndarray:
+    """A seeded sample of up to ``n`` rows, reading at most ``max_chunks`` dask chunks.
+
+    For in-memory data the rows are drawn uniformly without replacement; for dask data
+    a few random chunks are read and rows drawn within them (bounded I/O).
+    """
+    rng = np.random.Generator(np.random.SFC64(np.random.SeedSequence(seed, spawn_key=(SAMPLE_TAG, key))))
+    total = view.n_samples
+    n = min(n, total)
+    if not view.is_dask:
+        idx = np.sort(rng.choice(total, size=n, replace=False))
+        return np.asarray(view.data[idx])
+    import dask
+    import dask.array as da
+
+    sizes = np.asarray(view.data.chunks[0])
+    picked = rng.permutation(len(sizes))[:max_chunks]
+    avail = sizes[picked]
+    # rows per chunk proportional to size, capped by what each chunk has
+    want = np.minimum(avail, np.ceil(n * avail / avail.sum()).astype(int))
+    parts = []
+    for c, w in zip(picked, want, strict=True):
+        if w == 0:
+            continue
+        idx = np.sort(rng.choice(sizes[c], size=w, replace=False))
+        parts.append(view.data.blocks[int(c)][idx])
+    (sample,) = dask.compute(da.concatenate(parts, axis=0))
+    return np.asarray(sample)[:n]
