@@ -40,11 +40,13 @@ class Progress:
         self.stream.flush()
 
 
-def run_plan(state: KPCAState, view, tasks, features, cfg, progress: Progress | None = None) -> KPCAState:
+def run_plan(state: KPCAState, view, tasks, features, cfg, progress: Progress | None = None,
+             callback=None) -> KPCAState:
     """Run every chunk task in order, loading the next slab while the current one runs.
 
     A task whose steps diverge is re-run from its starting state with half the step
     size (a warning says so); after ``MAX_RESTARTS`` halvings the fit fails.
+    ``callback(state)`` is called after every task.
     """
     tasks = iter(tasks)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dsgd-prefetch") as pool:
@@ -70,5 +72,7 @@ def run_plan(state: KPCAState, view, tasks, features, cfg, progress: Progress | 
             state = new_state
             if progress is not None:
                 progress.update(task.n_steps)
+            if callback is not None:
+                callback(state)
             task = nxt
     return state

@@ -152,7 +152,7 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
         self.random_state = random_state
 
     # -- fitting -----------------------------------------------------------------------
-    def fit(self, X, y=None):
+    def fit(self, X, y=None, *, callback=None):
         """Fit the components by doubly stochastic gradient steps over ``X``.
 
         Parameters
@@ -161,6 +161,10 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
             Training data; lazy inputs are streamed chunk by chunk.
         y : None
             Ignored.
+        callback : callable, optional
+            ``callback(n_steps, model)`` after every chunk of steps, with ``model`` a
+            :class:`KernelExpansion` of the current, raw functions (neither centred nor
+            rotated): for monitoring convergence.
 
         Returns
         -------
@@ -168,8 +172,7 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
         """
         view = self._validate_input(X, reset=True)
         self._initialise(view)
-        n_steps = self._n_steps(view)
-        self._run(view, n_steps, epoch_offset=0)
+        self._run(view, self._params["max_iter"], epoch_offset=0, callback=callback)
         self._finalise(self._sample)
         del self._sample
         return self
@@ -264,15 +267,16 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
         self.kernel_ = spec
         self.n_passes_ = 0
 
-    def _n_steps(self, view) -> int:
-        return self._params["max_iter"]
-
-    def _run(self, view, n_steps: int, epoch_offset: int) -> None:
+    def _run(self, view, n_steps: int, epoch_offset: int, callback=None) -> None:
         state = self.state_
         tasks = chunk_tasks(view, self._params["batch_size"], self.seed_, state.step, n_steps,
                             epoch_offset=epoch_offset)
         progress = Progress(n_steps, self._params["batch_size"]) if self.verbose else None
-        self.state_ = run_plan(state, view, tasks, self._features, self._config, progress)
+        hook = None
+        if callback is not None:
+            def hook(st):
+                callback(st.step, KernelExpansion(self._features, st.coef))
+        self.state_ = run_plan(state, view, tasks, self._features, self._config, progress, hook)
         self.n_iter_ = self.state_.step
         self.n_passes_ += 1
 
