@@ -8,6 +8,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
+from dsgd_dask._linalg import small_eigh
 from dsgd_dask._validation import check_choice, check_float, check_int
 from dsgd_dask.engine.loop import Progress, run_plan
 from dsgd_dask.engine.steps import KPCAConfig, KPCAState
@@ -246,7 +247,7 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
         z0 = features.transform(sample[:N_INIT], 0, 1).astype(np.float64)
         if p["center"]:
             z0 -= z0.mean(axis=0)
-        vals, vecs = np.linalg.eigh(z0.T @ z0 / z0.shape[0])
+        vals, vecs = small_eigh(z0.T @ z0 / z0.shape[0])
         vals, vecs = vals[::-1], vecs[:, ::-1]
         lam = float(vals[0])
         if not np.isfinite(lam) or lam <= 0:
@@ -290,7 +291,7 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
         if self._config.ordered:
             rot = np.eye(cov.shape[0])
         else:
-            _, rot = np.linalg.eigh(cov)
+            _, rot = small_eigh(cov)
             rot = rot[:, ::-1]
         hr = hc @ rot
         # deterministic signs: the largest-magnitude value of each component is positive
@@ -328,7 +329,6 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = False
-        tags.non_deterministic = self.random_state is None
         return tags
 
     def __getstate__(self):

@@ -68,7 +68,8 @@ def evaluate_blocks(features: RandomFeatures, coef: np.ndarray, X: np.ndarray, k
         if buf is None or buf.shape[1] < cols:
             buf = np.empty((Xp.shape[0], cols), dtype=features.dtype)
         z = features.apply(Xp, w, b, out=buf[:, :cols])
-        h += z @ coef[b0 * m:b1 * m]
+        # one GEMM in the feature precision per page, accumulated across pages in float64
+        h += z @ coef[b0 * m:b1 * m].astype(z.dtype, copy=False)
         if keep_block is not None and b0 <= keep_block < b1:
             kept = z[:, (keep_block - b0) * m:(keep_block - b0 + 1) * m].copy()
     if keep_block is not None and kept is None:

@@ -20,9 +20,10 @@ def batch_statistics(h: np.ndarray, z: np.ndarray, center: bool):
     Both are float64; ``z`` may be float32.
     """
     n = h.shape[0]
+    z = z.astype(np.float64)
     if center:
         h = h - h.mean(axis=0)
-        z = z - z.mean(axis=0, dtype=np.float64).astype(z.dtype)
+        z -= z.mean(axis=0)
     C = h.T @ h / n
     g = (z.T @ h) / n
     return C, g
