@@ -11,7 +11,7 @@ from dsgd_dask._validation import check_choice, check_float, check_int, check_se
 from dsgd_dask.features.bandwidth import MEDIAN_SAMPLE, median_bandwidth
 from dsgd_dask.features.blocks import RandomFeatures
 from dsgd_dask.features.kernels import KernelSpec, parse_kernel
-from dsgd_dask.streams.inputs import DataView, as_view, check_finite_block, is_lazy_input
+from dsgd_dask.streams.inputs import DataView, as_view, check_dtype, check_finite_block, is_lazy_input
 
 
 class RandomFeatureEstimatorMixin:
@@ -36,6 +36,15 @@ class RandomFeatureEstimatorMixin:
             self._check_n_features(view, reset)
             self._check_dims(view, reset)
             return view
+        ndim = getattr(X, "ndim", None)
+        if ndim is not None and ndim != 2:
+            raise ValueError(
+                f"X must be 2-D (n_samples, n_features); got {ndim}-D with shape {X.shape}. "
+                "Reshape 1-D data with X.reshape(-1, 1) (one feature) or X.reshape(1, -1) (one sample)."
+            )
+        dtype = getattr(X, "dtype", None)
+        if isinstance(dtype, np.dtype) and dtype.kind != "O":
+            check_dtype(dtype, "X")
         data = validate_data(self, X, reset=reset, dtype=[np.float64, np.float32])
         if reset:
             self.feature_dim_ = None

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import dask
 import numpy as np
 
-from dsgd_dask.streams.inputs import DataView
+from dsgd_dask.streams.inputs import DataView, check_finite_block
 
 #: Spawn-key tag separating data streams from feature blocks (which use ``(j,)``).
 STREAM_TAG = 0x5354
@@ -94,21 +95,20 @@ def sample_rows(view: DataView, n: int, seed: int, key: int = 0, max_chunks: int
     total = view.n_samples
     n = min(n, total)
     if not view.is_dask:
-        idx = np.sort(rng.choice(total, size=n, replace=False))
-        return np.asarray(view.data[idx])
-    import dask
-    import dask.array as da
-
+        idx = rng.choice(total, size=n, replace=False)
+        return np.asarray(view.data[np.sort(idx)])[rng.permutation(n)]
     sizes = np.asarray(view.data.chunks[0])
     picked = rng.permutation(len(sizes))[:max_chunks]
     avail = sizes[picked]
     # rows per chunk proportional to size, capped by what each chunk has
     want = np.minimum(avail, np.ceil(n * avail / avail.sum()).astype(int))
-    parts = []
+    chunks, parts = [], []
     for c, w in zip(picked, want, strict=True):
-        if w == 0:
-            continue
-        idx = np.sort(rng.choice(sizes[c], size=w, replace=False))
-        parts.append(view.data.blocks[int(c)][idx])
-    (sample,) = dask.compute(da.concatenate(parts, axis=0))
-    return np.asarray(sample)[:n]
+        if w > 0:
+            chunks.append(int(c))
+            parts.append(view.data.blocks[int(c)][np.sort(rng.choice(sizes[c], size=w, replace=False))])
+    parts = dask.compute(*parts)
+    for c, part in zip(chunks, parts, strict=True):
+        check_finite_block(part, f"chunk {c}")
+    sample = np.concatenate(parts)
+    return sample[rng.permutation(len(sample))][:n]

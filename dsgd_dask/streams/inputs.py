@@ -42,7 +42,7 @@ class DataView:
         return int(self.data.shape[1])
 
 
-def _check_dtype(dtype, what: str) -> None:
+def check_dtype(dtype, what: str) -> None:
     dtype = np.dtype(dtype)
     if dtype.kind not in "biuf":
         raise TypeError(
@@ -101,7 +101,7 @@ def as_view(X, what: str = "X") -> DataView:
             f"{what} must be 2-D (n_samples, n_features); got {X.ndim}-D with shape {X.shape}. "
             "Reshape 1-D data with X.reshape(-1, 1) (one feature) or X.reshape(1, -1) (one sample)."
         )
-    _check_dtype(X.dtype, what)
+    check_dtype(X.dtype, what)
     if isinstance(X, da.Array):
         if any(np.isnan(c) for c in X.shape):
             raise ValueError(
