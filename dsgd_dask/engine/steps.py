@@ -43,19 +43,28 @@ class KPCAState:
 
 def kpca_step(coef: np.ndarray, X: np.ndarray, t: int, eta_scale: float,
               features: RandomFeatures, cfg: KPCAConfig) -> np.ndarray:
-    """Apply step ``t`` on the mini-batch ``X``; returns the new coefficients."""
+    """Apply step ``t`` on the mini-batch ``X``; returns the new coefficients.
+
+    Raises :class:`DivergenceError` when the updated functions explode on the batch
+    (checked exactly and cheaply: ``h_new = h S + eta z g`` with ``S`` the shrink).
+    """
     m = features.block_size
     n_active = coef.shape[0] // m
     growing = n_active < cfg.n_blocks
     target = n_active if growing else t % n_active
     h, z = evaluate_blocks(features, coef, X, keep_block=target)
     C, g = batch_statistics(h, z, cfg.center)
-    if not (np.isfinite(C).all() and np.isfinite(g).all()) or C.diagonal().max() > cfg.guard_limit:
-        raise DivergenceError(f"update step {t} diverged (max variance {C.diagonal().max():.3g})")
     eta = step_size(eta_scale, cfg.eta_decay, t)
+    shrink = shrink_matrix(C, eta, cfg.ordered)
+    h_new = h @ shrink + eta * (z @ g.astype(z.dtype))
+    if cfg.center:
+        h_new -= h_new.mean(axis=0)
+    top = float(np.einsum("ij,ij->j", h_new, h_new).max()) / max(len(h_new), 1)
+    if not (np.isfinite(top) and np.isfinite(g).all()) or top > cfg.guard_limit:
+        raise DivergenceError(f"update step {t} diverged (largest component variance {top:.3g})")
     if growing:
-        return np.concatenate([coef @ shrink_matrix(C, eta, cfg.ordered), eta * g])
-    apply_update(coef, coef.shape[0], slice(target * m, (target + 1) * m), g, C, eta, cfg.ordered)
+        return np.concatenate([coef @ shrink, eta * g])
+    apply_update(coef, slice(target * m, (target + 1) * m), g, shrink, eta)
     return coef
 
 

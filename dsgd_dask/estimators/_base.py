@@ -40,7 +40,7 @@ class RandomFeatureEstimatorMixin:
         if ndim is not None and ndim != 2:
             raise ValueError(
                 f"X must be 2-D (n_samples, n_features); got {ndim}-D with shape {X.shape}. "
-                "Reshape 1-D data with X.reshape(-1, 1) (one feature) or X.reshape(1, -1) (one sample)."
+                "Reshape your data with X.reshape(-1, 1) (one feature) or X.reshape(1, -1) (one sample)."
             )
         dtype = getattr(X, "dtype", None)
         if isinstance(dtype, np.dtype) and dtype.kind != "O":

@@ -35,10 +35,9 @@ def shrink_matrix(C: np.ndarray, eta: float, ordered: bool) -> np.ndarray:
     return np.eye(k) - eta * (np.triu(C) if ordered else C)
 
 
-def apply_update(coef: np.ndarray, n_old_rows: int, target: slice, g: np.ndarray, C: np.ndarray,
-                 eta: float, ordered: bool) -> None:
-    """One update, in place: shrink ``coef[:n_old_rows]`` and add ``eta g`` to ``coef[target]``."""
-    coef[:n_old_rows] = coef[:n_old_rows] @ shrink_matrix(C, eta, ordered)
+def apply_update(coef: np.ndarray, target: slice, g: np.ndarray, shrink: np.ndarray, eta: float) -> None:
+    """One update of revisited blocks, in place: ``coef <- coef shrink``, ``coef[target] += eta g``."""
+    coef[:] = coef @ shrink
     coef[target] += eta * g
 
 

@@ -44,6 +44,8 @@ class DataView:
 
 def check_dtype(dtype, what: str) -> None:
     dtype = np.dtype(dtype)
+    if dtype.kind == "c":
+        raise ValueError(f"Complex data not supported: {what} has dtype {dtype}")
     if dtype.kind not in "biuf":
         raise TypeError(
             f"{what} has dtype {dtype}; a real numeric dtype (bool, integer or float) is required"
@@ -99,7 +101,7 @@ def as_view(X, what: str = "X") -> DataView:
     if X.ndim != 2:
         raise ValueError(
             f"{what} must be 2-D (n_samples, n_features); got {X.ndim}-D with shape {X.shape}. "
-            "Reshape 1-D data with X.reshape(-1, 1) (one feature) or X.reshape(1, -1) (one sample)."
+            "Reshape your data with X.reshape(-1, 1) (one feature) or X.reshape(1, -1) (one sample)."
         )
     check_dtype(X.dtype, what)
     if isinstance(X, da.Array):

@@ -1,0 +1,107 @@
+"""Update rules against dense eigen-solutions; the loop's guard, partial_fit and pickling."""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+
+from dsgd_dask import DSGDKernelPCA
+from dsgd_dask.metrics import principal_angle_sin2
+from dsgd_dask.rules import apply_update, batch_statistics, shrink_matrix
+
+
+def _features(n=4000, p=12, seed=0):
+    rng = np.random.default_rng(seed)
+    scales = np.array([3.0, 2.2, 1.6, 1.0, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.1, 0.05])[:p]
+    return rng.normal(size=(n, p)) * scales + 5.0  # an offset that centring must remove
+
+
+@pytest.mark.parametrize("ordered", [False, True])
+def test_rules_reach_the_dense_principal_subspace(ordered):
+    """On explicit finite features (every coordinate updated), the rules are Oja's / Sanger's."""
+    F = _features()
+    k = 3
+    Fc = F - F.mean(0)
+    vals, vecs = np.linalg.eigh(Fc.T @ Fc / len(F))
+    top = vecs[:, ::-1][:, :k]
+    rng = np.random.default_rng(1)
+    A = rng.normal(size=(F.shape[1], k)) * 0.1
+    for t in range(3000):
+        X = F[rng.integers(0, len(F), 64)]
+        C, g = batch_statistics(X @ A, X, center=True)
+        eta = 0.5 / vals[-1] / (1 + 0.01 * t)
+        apply_update(A, slice(0, A.shape[0]), g, shrink_matrix(C, eta, ordered), eta)
+    assert principal_angle_sin2(A, top) < 1e-3
+    # fixed point: orthonormal columns (unit RKHS norm), E[h_i^2] = lambda_i
+    np.testing.assert_allclose(A.T @ A, np.eye(k), atol=0.05)
+    if ordered:
+        for i in range(k):
+            assert abs(A[:, i] @ top[:, i]) / np.linalg.norm(A[:, i]) > 0.99
+
+
+def test_divergence_guard_recovers(blobs):
+    ref = DSGDKernelPCA(2, n_features=512, block_size=64, max_iter=150, random_state=0).fit(blobs)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        wild = DSGDKernelPCA(2, n_features=512, block_size=64, max_iter=150, eta0=500.0, random_state=0).fit(blobs)
+    assert any("diverged" in str(w.message) for w in caught)
+    Z = wild.transform(blobs)
+    assert np.isfinite(Z).all()
+    assert wild.state_.eta_scale < 500.0 / 1e-12  # the step was actually reduced
+    assert principal_angle_sin2(Z, ref.transform(blobs)) < 0.05
+
+
+def test_partial_fit_streams_like_fit(blobs):
+    params = dict(n_components=2, n_features=1024, block_size=128, batch_size=64, random_state=0)
+    full = DSGDKernelPCA(max_iter=200, **params).fit(blobs)
+    stream = DSGDKernelPCA(**params)
+    for _ in range(3):
+        for piece in np.array_split(blobs, 5):
+            stream.partial_fit(piece)
+    assert stream.n_iter_ == 3 * sum(-(-len(p) // 64) for p in np.array_split(blobs, 5))
+    assert principal_angle_sin2(stream.transform(blobs), full.transform(blobs)) < 0.05
+    with pytest.raises(ValueError, match="expecting 5 features"):
+        stream.partial_fit(blobs[:, :3])
+
+
+def test_fit_is_reproducible_and_seed_dependent(blobs):
+    params = dict(n_components=2, n_features=512, block_size=64, max_iter=50)
+    a = DSGDKernelPCA(random_state=3, **params).fit(blobs)
+    b = DSGDKernelPCA(random_state=3, **params).fit(blobs)
+    c = DSGDKernelPCA(random_state=4, **params).fit(blobs)
+    np.testing.assert_array_equal(a.model_.coef, b.model_.coef)
+    assert not np.allclose(a.model_.coef, c.model_.coef)
+
+
+def test_pickled_model_transforms_identically(blobs):
+    import cloudpickle
+
+    model = DSGDKernelPCA(2, n_features=512, block_size=64, max_iter=30, random_state=0).fit(blobs)
+    for dumps in (pickle.dumps, cloudpickle.dumps):
+        clone = pickle.loads(dumps(model))
+        np.testing.assert_array_equal(clone.transform(blobs), model.transform(blobs))
+
+
+def test_feature_names_out(blobs):
+    model = DSGDKernelPCA(3, n_features=256, block_size=64, max_iter=5, random_state=0).fit(blobs)
+    assert list(model.get_feature_names_out()) == ["dsgdkernelpca0", "dsgdkernelpca1", "dsgdkernelpca2"]
+    assert model.n_features_in_ == 5
+    assert model.n_features_ == 256
+
+
+@pytest.mark.parametrize("kernel", ["gaussian", "laplacian", "cauchy", "matern", "arccos"])
+def test_every_kernel_fits(blobs, kernel):
+    from sklearn.decomposition import KernelPCA
+
+    from dsgd_dask.features import kernel_matrix
+
+    model = DSGDKernelPCA(2, kernel=kernel, n_features=2048, max_iter=300, random_state=0).fit(blobs)
+    # dense reference with the same kernel and bandwidth: exact centred kernel PCA
+    K = kernel_matrix(model.kernel_, blobs)
+    exact = KernelPCA(3, kernel="precomputed").fit(K)
+    assert exact.eigenvalues_[1] / exact.eigenvalues_[2] > 1.2
+    sin2 = principal_angle_sin2(model.transform(blobs), exact.transform(K)[:, :2])
+    assert sin2 < 0.05, sin2
