@@ -1,6 +1,7 @@
 """dsgd_dask: kernel methods on data larger than memory, by doubly stochastic gradients on Dask."""
 
 from dsgd_dask.estimators import DSGDKernelPCA
+from dsgd_dask.estimators._persistence import load
 from dsgd_dask.features import KERNELS, KernelSpec, RandomFeatures, kernel_matrix, median_bandwidth
 from dsgd_dask.model import KernelExpansion
 
@@ -14,5 +15,6 @@ __all__ = [
     "RandomFeatures",
     "__version__",
     "kernel_matrix",
+    "load",
     "median_bandwidth",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import asdict
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
@@ -13,7 +14,10 @@ from dsgd_dask._validation import check_choice, check_float, check_int
 from dsgd_dask.engine.loop import Progress, run_plan
 from dsgd_dask.engine.steps import KPCAConfig, KPCAState
 from dsgd_dask.estimators._base import RandomFeatureEstimatorMixin
+from dsgd_dask.features.blocks import RandomFeatures
+from dsgd_dask.features.kernels import KernelSpec
 from dsgd_dask.model.expansion import KernelExpansion
+from dsgd_dask.model.store import write_store
 from dsgd_dask.streams.batches import chunk_tasks, sample_rows
 from dsgd_dask.transform.lazy import apply_rows
 
@@ -325,6 +329,82 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
         view = self._validate_input(X, reset=False)
         return apply_rows(view, self.model_.evaluate, self.model_.n_outputs, self.model_.token,
                           "dsgdkernelpca")
+
+    # -- persistence -------------------------------------------------------------------
+    def save(self, path, overwrite: bool = False):
+        """Save the fitted model as a Zarr group (seeds, coefficient blocks, kernel, parameters).
+
+        The store is written atomically and verified by checksums when read back with
+        :func:`dsgd_dask.load`, in any process or on any worker that can reach ``path``.
+
+        Parameters
+        ----------
+        path : str or Path
+            Directory of the new Zarr group.
+        overwrite : bool, default=False
+            Replace an existing store at ``path``.
+
+        Returns
+        -------
+        path : Path
+        """
+        check_is_fitted(self, "model_")
+        attrs, arrays = self._fitted_payload()
+        return write_store(path, "model", attrs, arrays, overwrite=overwrite)
+
+    def _fitted_payload(self) -> tuple[dict, dict]:
+        params = self.get_params()
+        if not (params["random_state"] is None or isinstance(params["random_state"], int | np.integer)):
+            params["random_state"] = None  # a generator object: the model is defined by seed_
+        features = self._features
+        coords = None
+        if self.feature_coords_ is not None:
+            fc = np.asarray(self.feature_coords_)
+            coords = {"values": fc.astype(str).tolist(), "dtype": fc.dtype.str}
+        attrs = {
+            "estimator": type(self).__name__,
+            "params": params,
+            "features": features.to_dict(),
+            "fitted": {
+                "seed_": self.seed_, "bandwidth_": self.bandwidth_, "n_iter_": self.n_iter_,
+                "n_passes_": self.n_passes_, "n_features_in_": self.n_features_in_,
+                "feature_names_in_": list(getattr(self, "feature_names_in_", [])) or None,
+                "feature_dim_": self.feature_dim_, "feature_coords_": coords,
+                "step": self.state_.step, "eta_scale": self.state_.eta_scale,
+                "config": asdict(self._config), "resolved_params": self._params,
+            },
+        }
+        arrays = {"coef": self.model_.coef, "offset": self.model_.offset, "eigenvalues": self.eigenvalues_,
+                  "state_coef": self.state_.coef}
+        if features.center is not None:
+            arrays["center"] = features.center
+        return attrs, arrays
+
+    @classmethod
+    def _from_payload(cls, attrs: dict, arrays: dict) -> DSGDKernelPCA:
+        est = cls(**attrs["params"])
+        fitted = attrs["fitted"]
+        fd = attrs["features"]
+        spec = KernelSpec(**fd["kernel"])
+        features = RandomFeatures(spec, fd["n_features_in"], fd["block_size"], fd["seed"], fd["dtype"],
+                                  center=arrays.get("center"), cache_bytes=est.cache_bytes)
+        est._features = features
+        est._config = KPCAConfig(**fitted["config"])
+        est._params = fitted["resolved_params"]
+        est.state_ = KPCAState(arrays["state_coef"], fitted["step"], fitted["eta_scale"])
+        est.model_ = KernelExpansion(features, arrays["coef"], arrays["offset"])
+        est.model_.token = _fingerprint(est.model_)
+        est.eigenvalues_ = arrays["eigenvalues"]
+        est.kernel_ = spec
+        for name in ("seed_", "bandwidth_", "n_iter_", "n_passes_", "n_features_in_", "feature_dim_"):
+            setattr(est, name, fitted[name])
+        if fitted["feature_names_in_"]:
+            est.feature_names_in_ = np.asarray(fitted["feature_names_in_"], dtype=object)
+        coords = fitted["feature_coords_"]
+        est.feature_coords_ = None if coords is None else np.asarray(coords["values"]).astype(coords["dtype"])
+        est.n_features_ = est.model_.coef.shape[0]
+        est._n_features_out = est.model_.coef.shape[1]
+        return est
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -1,0 +1,40 @@
+"""Loading saved estimators."""
+
+from __future__ import annotations
+
+from dsgd_dask.model.store import StoreError, read_store
+
+
+def _registry() -> dict:
+    from dsgd_dask.estimators.kpca import DSGDKernelPCA
+
+    return {cls.__name__: cls for cls in (DSGDKernelPCA,)}
+
+
+def load(path):
+    """Load an estimator saved with ``save(path)``.
+
+    Parameters
+    ----------
+    path : str or Path
+        A store written by an estimator's ``save``.
+
+    Returns
+    -------
+    estimator
+        The fitted estimator, ready to ``transform`` (and to continue with ``partial_fit``).
+
+    Raises
+    ------
+    FileNotFoundError
+        Nothing at ``path``.
+    ValueError
+        ``path`` is not a saved model (e.g. a data store), was written by a newer format
+        version, or is truncated or corrupt.
+    """
+    attrs, arrays = read_store(path, "model")
+    name = attrs.get("estimator")
+    registry = _registry()
+    if name not in registry:
+        raise StoreError(f"{path} holds an unknown estimator {name!r}; known: {sorted(registry)}")
+    return registry[name]._from_payload(attrs, arrays)

@@ -1,0 +1,158 @@
+"""Zarr groups for models and checkpoints: written atomically, verified on read.
+
+A store is a Zarr v3 group whose attributes carry a ``dsgd_dask`` entry: the kind of
+store (``"model"`` or ``"checkpoint"``), the format version, and a SHA-256 digest, shape
+and dtype for each array. It is written into a hidden sibling directory and renamed into
+place, so a crash never leaves a half-written store under the final name; a store whose
+arrays do not match their digests (truncated, edited, partly deleted) is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+FORMAT_VERSION = 1
+_META = "dsgd_dask"
+
+
+class StoreError(ValueError):
+    """A model or checkpoint store that cannot be read as such."""
+
+
+def _digest(arr: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(arr).tobytes()).hexdigest()
+
+
+def _json_safe(value):
+    """Round-trip ``value`` through JSON, turning numpy scalars and arrays into lists."""
+
+    def default(obj):
+        if isinstance(obj, np.generic):
+            return obj.item()
+        if isinstance(obj, np.ndarray):
+            return obj.tolist()
+        raise TypeError(f"cannot store {type(obj).__name__} in the attributes")
+
+    return json.loads(json.dumps(value, default=default))
+
+
+def write_store(path, kind: str, attrs: dict, arrays: dict[str, np.ndarray], overwrite: bool = False) -> Path:
+    """Write a store atomically: a complete new store under ``path``, or nothing.
+
+    Parameters
+    ----------
+    path : str or Path
+        Directory of the Zarr group.
+    kind : str
+        ``"model"`` or ``"checkpoint"``.
+    attrs : dict
+        JSON-serialisable attributes (numpy scalars and arrays are converted).
+    arrays : dict of str to ndarray
+        Arrays to store, each verified by digest on read.
+    overwrite : bool
+        Replace an existing store; otherwise an existing ``path`` is an error.
+    """
+    import zarr
+
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex}"
+    try:
+        group = zarr.open_group(str(tmp), mode="w")
+        checks = {}
+        for name, arr in arrays.items():
+            arr = np.ascontiguousarray(arr)
+            group.create_array(name, data=arr)
+            checks[name] = {"sha256": _digest(arr), "shape": list(arr.shape), "dtype": arr.dtype.str}
+        meta = {"kind": kind, "format_version": FORMAT_VERSION, "arrays": checks}
+        group.attrs.update(_json_safe({**attrs, _META: meta}))
+        _fsync_tree(tmp)
+        if path.exists():
+            old = path.parent / f".{path.name}.old-{uuid.uuid4().hex}"
+            os.rename(path, old)
+            os.rename(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, path)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def _fsync_tree(root: Path) -> None:
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            fd = os.open(os.path.join(dirpath, f), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
+def _recover(path: Path) -> Path:
+    """The store at ``path``, or the replaced one if a crash hit between the two renames."""
+    if path.exists():
+        return path
+    olds = sorted(path.parent.glob(f".{path.name}.old-*"), key=lambda p: p.stat().st_mtime, reverse=True)
+    if olds:
+        return olds[0]
+    raise FileNotFoundError(f"no store at {path}")
+
+
+def read_store(path, kind: str) -> tuple[dict, dict[str, np.ndarray]]:
+    """Read and verify a store written by :func:`write_store`.
+
+    Returns
+    -------
+    attrs : dict
+        The attributes (without the format entry).
+    arrays : dict of str to ndarray
+
+    Raises
+    ------
+    FileNotFoundError
+        Nothing at ``path``.
+    StoreError
+        ``path`` is not a dsgd_dask store of this kind (e.g. a data store), was written by
+        a newer format version, or is truncated or corrupt.
+    """
+    import zarr
+
+    path = _recover(Path(path))
+    try:
+        node = zarr.open(str(path), mode="r")
+    except Exception as err:
+        raise StoreError(f"{path} is not a readable Zarr store ({type(err).__name__}: {err})") from err
+    if not isinstance(node, zarr.Group):
+        raise StoreError(f"{path} is a Zarr array, not a dsgd_dask {kind} store (is it a data store?)")
+    attrs = dict(node.attrs)
+    meta = attrs.pop(_META, None)
+    if not isinstance(meta, dict):
+        raise StoreError(f"{path} is not a dsgd_dask {kind} store: it has no {_META!r} metadata "
+                         "(is it a data store?)")
+    if meta.get("kind") != kind:
+        raise StoreError(f"{path} is a dsgd_dask {meta.get('kind')!r} store, not a {kind!r} store")
+    version = meta.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise StoreError(f"{path} was written in format version {version!r}; this version of dsgd_dask "
+                         f"reads versions <= {FORMAT_VERSION}: upgrade dsgd_dask to read it")
+    arrays = {}
+    for name, check in meta.get("arrays", {}).items():
+        try:
+            arr = np.asarray(node[name][...])
+        except Exception as err:
+            raise StoreError(f"{path} is truncated or corrupt: array {name!r} cannot be read ({err})") from err
+        if list(arr.shape) != check["shape"] or arr.dtype.str != check["dtype"] or _digest(arr) != check["sha256"]:
+            raise StoreError(f"{path} is truncated or corrupt: array {name!r} does not match its checksum")
+        arrays[name] = arr
+    return attrs, arrays
