@@ -18,19 +18,19 @@ MAX_RESTARTS = 12
 class Progress:
     """A one-line progress bar on a terminal stream (steps, samples, rate)."""
 
-    def __init__(self, total: int, batch_size: int, stream=None, width: int = 30):
+    def __init__(self, total: int, batch_size: int, stream=None, width: int = 30, done: int = 0):
         self.total = max(int(total), 1)
         self.batch_size = batch_size
         self.stream = stream or sys.stderr
         self.width = width
-        self.done = 0
+        self.done = self.start = done
         self.t0 = time.perf_counter()
 
     def update(self, steps: int) -> None:
         self.done += steps
         frac = min(self.done / self.total, 1.0)
         elapsed = time.perf_counter() - self.t0
-        rate = self.done * self.batch_size / elapsed if elapsed > 0 else 0.0
+        rate = (self.done - self.start) * self.batch_size / elapsed if elapsed > 0 else 0.0
         bar = "#" * int(frac * self.width)
         self.stream.write(
             f"\r[{bar:<{self.width}}] {self.done}/{self.total} steps  {rate:,.0f} samples/s  {elapsed:6.1f}s"

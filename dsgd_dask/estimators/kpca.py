@@ -11,6 +11,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from dsgd_dask._linalg import small_eigh
 from dsgd_dask._validation import check_choice, check_float, check_int
+from dsgd_dask.engine.checkpoint import Checkpointer, fit_fingerprint
 from dsgd_dask.engine.loop import Progress, run_plan
 from dsgd_dask.engine.steps import KPCAConfig, KPCAState
 from dsgd_dask.estimators._base import RandomFeatureEstimatorMixin
@@ -18,7 +19,7 @@ from dsgd_dask.features.blocks import RandomFeatures
 from dsgd_dask.features.kernels import KernelSpec
 from dsgd_dask.model.expansion import KernelExpansion
 from dsgd_dask.model.store import write_store
-from dsgd_dask.streams.batches import chunk_tasks, sample_rows
+from dsgd_dask.streams.batches import chunk_tasks, sample_rows, skip_done
 from dsgd_dask.transform.lazy import apply_rows
 
 #: Rows of the seeded sample used for the bandwidth, the initial solve and the final
@@ -85,6 +86,13 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
     cache_bytes : int, optional
         Memory budget for cached feature blocks; ``None`` uses a quarter of the free
         memory (at most 4 GiB), 0 regenerates every block at every use.
+    checkpoint : str or Path, optional
+        Zarr group where :meth:`fit` saves its state every ``checkpoint_every`` steps
+        (atomically: a crash never leaves a checkpoint that loads wrong). When it exists
+        at the start of :meth:`fit`, the fit resumes from it and ends with the same model
+        as an uninterrupted run; a checkpoint of another fit is refused.
+    checkpoint_every : int, default=100
+        Steps between checkpoints (written at the end of the chunk task that crosses them).
     verbose : bool, default=False
         Print a progress bar of the update steps.
     random_state : int, RandomState instance or None, default=None
@@ -137,7 +145,7 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
     def __init__(self, n_components=5, *, kernel="gaussian", bandwidth="median", kernel_params=None,
                  n_features="auto", block_size=256, batch_size=256, max_iter="auto", eta0=0.5,
                  eta_decay=0.01, init="rca", center=True, ordered=False, compute_dtype="float32",
-                 cache_bytes=None, verbose=False, random_state=None):
+                 cache_bytes=None, checkpoint=None, checkpoint_every=100, verbose=False, random_state=None):
         self.n_components = n_components
         self.kernel = kernel
         self.bandwidth = bandwidth
@@ -153,6 +161,8 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
         self.ordered = ordered
         self.compute_dtype = compute_dtype
         self.cache_bytes = cache_bytes
+        self.checkpoint = checkpoint
+        self.checkpoint_every = checkpoint_every
         self.verbose = verbose
         self.random_state = random_state
 
@@ -176,8 +186,25 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
         self : DSGDKernelPCA
         """
         view = self._validate_input(X, reset=True)
-        self._initialise(view)
-        self._run(view, self._params["max_iter"], epoch_offset=0, callback=callback)
+        ckpt = None
+        seed = None
+        if self.checkpoint is not None:
+            every = check_int(self.checkpoint_every, "checkpoint_every")
+            params = {k: v for k, v in self.get_params().items() if k not in ("verbose", "checkpoint_every")}
+            if not (params["random_state"] is None or isinstance(params["random_state"], int | np.integer)):
+                raise ValueError("checkpointing needs random_state to be None or an int, so a resumed fit "
+                                 "regenerates the same features")
+            ckpt = Checkpointer(self.checkpoint, every, fit_fingerprint(type(self).__name__, params,
+                                                                         (view.n_samples, view.n_features)))
+            found = ckpt.existing()
+            if found is not None:
+                seed, resumed = found
+        self._initialise(view, seed=seed)
+        if ckpt is not None:
+            ckpt.seed = self.seed_
+            if seed is not None:
+                self.state_ = resumed
+        self._run(view, self._params["max_iter"], epoch_offset=0, callback=callback, checkpointer=ckpt)
         self._finalise(self._sample)
         del self._sample
         return self
@@ -240,10 +267,10 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
             "ordered": bool(check_choice(self.ordered, "ordered", (True, False))),
         }
 
-    def _initialise(self, view) -> None:
+    def _initialise(self, view, seed: int | None = None) -> None:
         """Seed, sample, bandwidth, features and the initial solve."""
         p = self._params = self._check_params(view.n_samples)
-        self.seed_ = self._seed(self.random_state)
+        self.seed_ = self._seed(self.random_state) if seed is None else seed
         sample = sample_rows(view, N_SAMPLE, self.seed_)
         spec = self._kernel_spec(sample)
         features = self._make_features(spec, sample, self.seed_)
@@ -272,16 +299,29 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
         self.kernel_ = spec
         self.n_passes_ = 0
 
-    def _run(self, view, n_steps: int, epoch_offset: int, callback=None) -> None:
+    def _run(self, view, n_steps: int, epoch_offset: int, callback=None, checkpointer=None) -> None:
+        """Run steps ``[step0, step0 + n_steps)`` of the plan that starts at ``self.state_.step``.
+
+        With a checkpointer, the plan starts at step 0 and the steps the (resumed) state
+        has already taken are skipped.
+        """
         state = self.state_
-        tasks = chunk_tasks(view, self._params["batch_size"], self.seed_, state.step, n_steps,
+        step0 = 0 if checkpointer is not None else state.step
+        tasks = chunk_tasks(view, self._params["batch_size"], self.seed_, step0, n_steps,
                             epoch_offset=epoch_offset)
-        progress = Progress(n_steps, self._params["batch_size"]) if self.verbose else None
-        hook = None
-        if callback is not None:
-            def hook(st):
+        if state.step > step0:
+            tasks = skip_done(tasks, state.step)
+        progress = Progress(n_steps, self._params["batch_size"], done=state.step - step0) if self.verbose else None
+
+        def hook(st):
+            if checkpointer is not None:
+                checkpointer.maybe_save(st)
+            if callback is not None:
                 callback(st.step, KernelExpansion(self._features, st.coef))
+
         self.state_ = run_plan(state, view, tasks, self._features, self._config, progress, hook)
+        if checkpointer is not None:
+            checkpointer.save(self.state_)
         self.n_iter_ = self.state_.step
         self.n_passes_ += 1
 

@@ -83,6 +83,8 @@ def write_store(path, kind: str, attrs: dict, arrays: dict[str, np.ndarray], ove
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.rename(tmp, path)
+        for stale in path.parent.glob(f".{path.name}.old-*"):  # left by a crash between the renames
+            shutil.rmtree(stale, ignore_errors=True)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

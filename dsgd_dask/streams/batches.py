@@ -78,6 +78,16 @@ def chunk_tasks(view: DataView, batch_size: int, seed: int, first_step: int, n_s
         epoch += 1
 
 
+def skip_done(tasks, step: int):
+    """The tasks of a plan from global step ``step`` on (a task boundary, e.g. a checkpoint)."""
+    for task in tasks:
+        if task.first_step + task.n_steps <= step:
+            continue
+        if task.first_step < step:
+            raise ValueError(f"step {step} is not a chunk-task boundary of this plan (task at {task.first_step})")
+        yield task
+
+
 def load_slab(view: DataView, task: ChunkTask) -> np.ndarray:
     """The rows of one task as a numpy array (computes one dask chunk)."""
     if view.is_dask:
