@@ -8,6 +8,7 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
+from dsgd_dask.engine.distributed import active_client, run_plan_distributed
 from dsgd_dask.engine.steps import DivergenceError, KPCAState, run_chunk
 from dsgd_dask.streams.batches import load_slab
 
@@ -47,7 +48,15 @@ def run_plan(state: KPCAState, view, tasks, features, cfg, progress: Progress | 
     A task whose steps diverge is re-run from its starting state with half the step
     size (a warning says so); after ``MAX_RESTARTS`` halvings the fit fails.
     ``callback(state)`` is called after every task.
+
+    Under a ``distributed`` client and with dask input, the tasks run on the workers
+    next to their chunks (:func:`~dsgd_dask.engine.distributed.run_plan_distributed`).
     """
+    if view.is_dask:
+        client = active_client()
+        if client is not None:
+            return run_plan_distributed(client, state, view, tasks, features, cfg, progress, callback,
+                                        max_restarts=MAX_RESTARTS)
     tasks = iter(tasks)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dsgd-prefetch") as pool:
         task = next(tasks, None)

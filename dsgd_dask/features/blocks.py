@@ -13,7 +13,9 @@ regenerated beyond it.
 
 from __future__ import annotations
 
+import hashlib
 import threading
+from collections import OrderedDict
 
 import numpy as np
 
@@ -50,6 +52,33 @@ def generate_block(spec: KernelSpec, d: int, m: int, seed: int, block: int, dtyp
     else:
         b = np.zeros(m, dtype=dtype)
     return w, b
+
+
+class _PageCache:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.clear()
+
+    def clear(self) -> None:
+        self.pages: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}
+        self.nbytes = 0
+
+
+#: Page caches of the feature sets used recently in this process (least recent evicted).
+_SHARED_CACHES: OrderedDict = OrderedDict()
+_SHARED_LOCK = threading.Lock()
+MAX_SHARED_CACHES = 4
+
+
+def _shared_cache(key) -> _PageCache:
+    with _SHARED_LOCK:
+        cache = _SHARED_CACHES.get(key)
+        if cache is None:
+            cache = _SHARED_CACHES[key] = _PageCache()
+            while len(_SHARED_CACHES) > MAX_SHARED_CACHES:
+                _SHARED_CACHES.popitem(last=False)
+        _SHARED_CACHES.move_to_end(key)
+        return cache
 
 
 class RandomFeatures:
@@ -96,15 +125,19 @@ class RandomFeatures:
         self._init_cache()
 
     # -- cache handling -------------------------------------------------------------
+    def _cache_key(self) -> tuple:
+        center = None if self.center is None else hashlib.sha1(self.center.tobytes()).hexdigest()
+        return (tuple(sorted(self.kernel.to_dict().items())), self.n_features_in, self.block_size, self.seed,
+                self.dtype.str, center, self.cache_bytes)
+
     def _init_cache(self) -> None:
-        self._pages: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}
-        self._cached_bytes = 0
-        self._lock = threading.Lock()
+        # Identical feature sets in one process (e.g. models unpickled into many tasks on a
+        # worker) share one page cache.
+        self._cache = _shared_cache(self._cache_key())
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        for key in ("_pages", "_cached_bytes", "_lock"):
-            state.pop(key, None)
+        state.pop("_cache", None)
         return state
 
     def __setstate__(self, state):
@@ -112,8 +145,7 @@ class RandomFeatures:
         self._init_cache()
 
     def clear_cache(self) -> None:
-        with self._lock:
-            self._init_cache()
+        self._cache.clear()
 
     @property
     def page_bytes(self) -> int:
@@ -130,11 +162,12 @@ class RandomFeatures:
         if nb <= 0:
             raise IndexError(f"page {p} is empty for {n_blocks} blocks")
         m = self.block_size
-        with self._lock:
-            entry = self._pages.get(p)
+        cache = self._cache
+        with cache.lock:
+            entry = cache.pages.get(p)
             if entry is not None and entry[2] >= nb:
                 return entry[0][:, : nb * m], entry[1][: nb * m]
-            cacheable = entry is not None or self._cached_bytes + self.page_bytes <= self.cache_bytes
+            cacheable = entry is not None or cache.nbytes + self.page_bytes <= self.cache_bytes
             if entry is None:
                 cols = self.blocks_per_page * m if cacheable else nb * m
                 w = np.empty((self.n_features_in, cols), dtype=self.dtype)
@@ -146,8 +179,8 @@ class RandomFeatures:
                 w[:, i * m:(i + 1) * m], b[i * m:(i + 1) * m] = self.block(first + i)
             if cacheable:
                 if entry is None:
-                    self._cached_bytes += self.page_bytes
-                self._pages[p] = (w, b, nb)
+                    cache.nbytes += self.page_bytes
+                cache.pages[p] = (w, b, nb)
             return w[:, : nb * m], b[: nb * m]
 
     def pages(self, start_block: int, stop_block: int):

@@ -1,0 +1,73 @@
+"""The update loop on a real distributed.LocalCluster: same model as locally, survives a killed worker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import zarr
+from distributed import Client, LocalCluster, get_task_stream
+
+from dsgd_dask import DSGDKernelPCA
+
+PARAMS = dict(n_components=3, n_features=1024, block_size=128, batch_size=64, max_iter=60, random_state=1)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("data") / "X.zarr")
+    X = np.random.default_rng(0).normal(size=(3000, 20)).astype("float32")
+    zarr.create_array(store=path, data=X, chunks=(256, 20))
+    return path
+
+
+@pytest.fixture(scope="module")
+def reference(store):
+    with dask.config.set(scheduler="sync"):
+        return DSGDKernelPCA(**PARAMS).fit(da.from_zarr(store))
+
+
+def _cluster(n_workers):
+    return LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None)
+
+
+@pytest.mark.parametrize("n_workers", [1, 2])
+def test_same_model_on_local_cluster(store, reference, n_workers):
+    with _cluster(n_workers) as cluster, Client(cluster) as client, get_task_stream(client) as stream:
+        model = DSGDKernelPCA(**PARAMS).fit(da.from_zarr(store))
+        Z = model.transform(da.from_zarr(store)).compute()
+    # the steps ran as tasks on the workers (each next to its chunk: on both workers when there are two)
+    step_workers = {t["worker"] for t in stream.data if str(t["key"]).startswith("dsgd-step-")}
+    assert len(step_workers) == n_workers
+    np.testing.assert_allclose(model.model_.coef, reference.model_.coef, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(model.eigenvalues_, reference.eigenvalues_, rtol=1e-12)
+    np.testing.assert_allclose(Z, reference.transform(da.from_zarr(store)).compute(scheduler="sync"),
+                               rtol=1e-9, atol=1e-12)
+
+
+def test_threaded_scheduler_same_model(store, reference):
+    with dask.config.set(scheduler="threads"):
+        model = DSGDKernelPCA(**PARAMS).fit(da.from_zarr(store))
+    np.testing.assert_allclose(model.model_.coef, reference.model_.coef, rtol=1e-12, atol=1e-15)
+
+
+def test_killed_worker_does_not_change_the_fit(store, reference):
+    with _cluster(2) as cluster, Client(cluster) as client:
+        pids = client.run(os.getpid)
+        victim = sorted(pids.values())[0]
+        killed = threading.Event()
+
+        def kill_once(step, model):
+            if step >= 20 and not killed.is_set():
+                killed.set()
+                os.kill(victim, signal.SIGKILL)
+
+        model = DSGDKernelPCA(**PARAMS).fit(da.from_zarr(store), callback=kill_once)
+        assert killed.is_set()
+        assert victim not in client.run(os.getpid).values()  # that worker process is gone
+    np.testing.assert_allclose(model.model_.coef, reference.model_.coef, rtol=1e-12, atol=1e-15)
