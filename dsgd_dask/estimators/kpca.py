@@ -29,7 +29,7 @@ N_SAMPLE = 10_000
 N_INIT = 2_000
 #: A step whose largest component variance exceeds this many times the initial top
 #: eigenvalue counts as diverged.
-GUARD_FACTOR = 100.0
+GUARD_FACTOR = 10.0
 
 
 class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin,

@@ -6,16 +6,20 @@ Block ``j`` holds ``m`` features ``z_j(x) = sqrt(2/m) cos((x - c) W_j + b_j)`` (
 ``SeedSequence(seed, spawn_key=(j,))``: the same bytes in any process, on any worker,
 independently of every other block.
 
-Blocks are grouped in *pages* of consecutive blocks stored contiguously, so that a
-batch meets one wide GEMM per page. Pages are cached up to a byte budget and
+Blocks are grouped in *pages* of consecutive blocks stored contiguously (as ``W^T``,
+one contiguous ``m x d`` slab per block, filled in place by its generator), so that a
+batch meets one wide GEMM per page. The blocks of a page are generated in parallel
+threads (the generators release the GIL). Pages are cached up to a byte budget and
 regenerated beyond it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -42,16 +46,34 @@ def block_rng(seed: int, block: int) -> np.random.Generator:
     return np.random.Generator(np.random.SFC64(np.random.SeedSequence(seed, spawn_key=(int(block),))))
 
 
-def generate_block(spec: KernelSpec, d: int, m: int, seed: int, block: int, dtype="float32"):
-    """Regenerate block ``block``: frequencies ``W`` (d x m) and phases ``b`` (m,)."""
-    dtype = np.dtype(dtype)
+def fill_block(spec: KernelSpec, seed: int, block: int, wt: np.ndarray, b: np.ndarray) -> None:
+    """Regenerate block ``block`` in place: ``W^T`` into ``wt`` (m x d) and phases into ``b`` (m,)."""
     rng = block_rng(seed, block)
-    w = sample_frequencies(spec, rng, d, m, dtype)
+    sample_frequencies(spec, rng, wt)
     if spec.shift_invariant:
-        b = rng.uniform(0.0, 2.0 * np.pi, size=m).astype(dtype)
+        b[:] = rng.uniform(0.0, 2.0 * np.pi, size=b.shape[0])
     else:
-        b = np.zeros(m, dtype=dtype)
-    return w, b
+        b[:] = 0
+
+
+def generate_block(spec: KernelSpec, d: int, m: int, seed: int, block: int, dtype="float32"):
+    """Regenerate block ``block``: frequencies ``W`` (d x m, a view of a C-contiguous ``W^T``) and phases ``b``."""
+    dtype = np.dtype(dtype)
+    wt = np.empty((m, d), dtype=dtype)
+    b = np.empty(m, dtype=dtype)
+    fill_block(spec, seed, block, wt, b)
+    return wt.T, b
+
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _generation_pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1),
+                                   thread_name_prefix="dsgd-features")
+    return _POOL
 
 
 class _PageCache:
@@ -166,22 +188,33 @@ class RandomFeatures:
         with cache.lock:
             entry = cache.pages.get(p)
             if entry is not None and entry[2] >= nb:
-                return entry[0][:, : nb * m], entry[1][: nb * m]
+                return entry[0][: nb * m].T, entry[1][: nb * m]
             cacheable = entry is not None or cache.nbytes + self.page_bytes <= self.cache_bytes
             if entry is None:
-                cols = self.blocks_per_page * m if cacheable else nb * m
-                w = np.empty((self.n_features_in, cols), dtype=self.dtype)
-                b = np.empty(cols, dtype=self.dtype)
+                rows = self.blocks_per_page * m if cacheable else nb * m
+                wt = np.empty((rows, self.n_features_in), dtype=self.dtype)
+                b = np.empty(rows, dtype=self.dtype)
                 filled = 0
             else:
-                w, b, filled = entry
-            for i in range(filled, nb):
-                w[:, i * m:(i + 1) * m], b[i * m:(i + 1) * m] = self.block(first + i)
+                wt, b, filled = entry
+            self._fill(first, filled, nb, wt, b)
             if cacheable:
                 if entry is None:
                     cache.nbytes += self.page_bytes
-                cache.pages[p] = (w, b, nb)
-            return w[:, : nb * m], b[: nb * m]
+                cache.pages[p] = (wt, b, nb)
+            return wt[: nb * m].T, b[: nb * m]
+
+    def _fill(self, first: int, lo: int, hi: int, wt: np.ndarray, b: np.ndarray) -> None:
+        """Generate blocks ``first + lo .. first + hi - 1`` into their rows of ``wt``, ``b``."""
+        m = self.block_size
+
+        def one(i):
+            fill_block(self.kernel, self.seed, first + i, wt[i * m:(i + 1) * m], b[i * m:(i + 1) * m])
+
+        if hi - lo > 1:
+            list(_generation_pool().map(one, range(lo, hi)))
+        elif hi > lo:
+            one(lo)
 
     def pages(self, start_block: int, stop_block: int):
         """Yield ``(block0, block1, W, b)`` over the pages covering ``[start_block, stop_block)``."""

@@ -95,29 +95,30 @@ def parse_kernel(kernel: str, bandwidth: float = 1.0, kernel_params: dict | None
     return KernelSpec(kernel, bandwidth, params.get("nu"), params.get("order"))
 
 
-def sample_frequencies(spec: KernelSpec, rng: np.random.Generator, d: int, m: int, dtype) -> np.ndarray:
-    """Draw ``m`` frequency vectors (a ``d x m`` matrix) from the kernel's spectral measure.
+def sample_frequencies(spec: KernelSpec, rng: np.random.Generator, out: np.ndarray) -> np.ndarray:
+    """Fill ``out`` (``m x d``, C-contiguous float) with ``m`` frequency vectors, one per row.
 
-    The bandwidth is already applied (columns are ``omega / sigma``).
+    The vectors are drawn from the kernel's spectral measure with the bandwidth applied
+    (rows are ``omega / sigma``); generated in place, without temporaries for the
+    Gaussian and arc-cosine kernels.
     """
-    dtype = np.dtype(dtype)
+    dtype = out.dtype
     name = spec.name
-    if name in ("gaussian", "arccos"):
-        w = rng.standard_normal((d, m), dtype=dtype)
-    elif name == "laplacian":
-        # Cauchy(0, 1) as the ratio of two standard normals.
-        w = rng.standard_normal((d, m), dtype=dtype)
-        w /= rng.standard_normal((d, m), dtype=dtype)
-    elif name == "cauchy":
+    if name == "cauchy":
         # Laplace(0, 1) as the difference of two standard exponentials.
-        w = rng.standard_exponential((d, m), dtype=dtype)
-        w -= rng.standard_exponential((d, m), dtype=dtype)
-    else:  # matern: multivariate t with 2 nu degrees of freedom
-        w = rng.standard_normal((d, m), dtype=dtype)
-        u = rng.chisquare(2.0 * spec.nu, size=m)
-        w *= np.sqrt(2.0 * spec.nu / u).astype(dtype)
-    w *= dtype.type(1.0 / spec.bandwidth)
-    return w
+        rng.standard_exponential(out=out, dtype=dtype)
+        out -= rng.standard_exponential(out.shape, dtype=dtype)
+    else:
+        rng.standard_normal(out=out, dtype=dtype)
+    if name == "laplacian":
+        # Cauchy(0, 1) as the ratio of two standard normals.
+        out /= rng.standard_normal(out.shape, dtype=dtype)
+    elif name == "matern":
+        # multivariate t with 2 nu degrees of freedom: one chi-square draw per vector
+        u = rng.chisquare(2.0 * spec.nu, size=out.shape[0])
+        out *= np.sqrt(2.0 * spec.nu / u).astype(dtype)[:, None]
+    out *= dtype.type(1.0 / spec.bandwidth)
+    return out
 
 
 def kernel_matrix(spec: KernelSpec, X: np.ndarray, Y: np.ndarray | None = None) -> np.ndarray:
