@@ -42,7 +42,7 @@ def run_plan_distributed(client, state: KPCAState, view, tasks, features, cfg, p
             task = next(tasks, None)
             if task is None:
                 return
-            queue.append((task, client.compute(view.data.blocks[task.chunk])))
+            queue.append((task, [client.compute(view.data.blocks[c]) for c in task.chunks]))
 
     refill()
     while queue:

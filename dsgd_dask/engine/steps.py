@@ -71,8 +71,13 @@ def kpca_step(coef: np.ndarray, X: np.ndarray, t: int, eta_scale: float,
 def run_chunk(state: KPCAState, slab: np.ndarray, task: ChunkTask, features: RandomFeatures,
               cfg: KPCAConfig) -> KPCAState:
     """Run the steps of ``task`` on its rows ``slab``; the input state is not modified."""
-    where = f"chunk {task.chunk}" if task.chunk >= 0 else f"rows of epoch {task.epoch}"
-    check_finite_block(slab, where)
+    if isinstance(slab, list | tuple):
+        for c, part in zip(task.chunks, slab, strict=True):
+            check_finite_block(part, f"chunk {c}")
+        slab = slab[0] if len(slab) == 1 else np.concatenate(slab)
+    else:
+        check_finite_block(slab, f"chunk {task.chunks[0]}" if len(task.chunks) == 1 else
+                          f"chunks {task.chunks}" if task.chunks else f"rows of epoch {task.epoch}")
     coef = state.coef.copy()
     for i, rows in enumerate(task.batches(slab.shape[0], cfg.batch_size)):
         coef = kpca_step(coef, slab[rows], task.first_step + i, state.eta_scale, features, cfg)

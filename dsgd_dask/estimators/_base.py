@@ -102,7 +102,7 @@ class RandomFeatureEstimatorMixin:
         dtype = check_choice(self.compute_dtype, "compute_dtype", ("float32", "float64"))
         block_size = check_int(self.block_size, "block_size")
         cache = None if self.cache_bytes is None else check_int(self.cache_bytes, "cache_bytes", 0)
-        center = sample.mean(axis=0) if spec.shift_invariant else None
+        center = sample.mean(axis=0, dtype=np.float64) if spec.shift_invariant else None
         return RandomFeatures(spec, sample.shape[1], block_size, seed, dtype, center=center, cache_bytes=cache)
 
     @staticmethod

@@ -65,6 +65,10 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
         Rows per step ``B``.
     max_iter : int or "auto", default="auto"
         Number of update steps; ``"auto"`` takes ``max(250, min(3 epochs, 3000))``.
+    shuffle_chunks : int, default=1
+        For dask, Zarr and xarray inputs: how many chunks (in a seeded random order per
+        epoch) are read together and have their rows shuffled together, a shuffle buffer
+        for data stored in order. Rows within a chunk are always shuffled.
     eta0 : float, default=0.5
         ``theta_0`` of the step size ``eta_t = theta_0 / (lambda_1 (1 + theta_1 t))``,
         relative to the top-eigenvalue estimate ``lambda_1`` of the initial solve, so
@@ -143,7 +147,7 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
     """
 
     def __init__(self, n_components=5, *, kernel="gaussian", bandwidth="median", kernel_params=None,
-                 n_features="auto", block_size=256, batch_size=256, max_iter="auto", eta0=0.5,
+                 n_features="auto", block_size=256, batch_size=256, max_iter="auto", shuffle_chunks=1, eta0=0.5,
                  eta_decay=0.01, init="rca", center=True, ordered=False, compute_dtype="float32",
                  cache_bytes=None, checkpoint=None, checkpoint_every=100, verbose=False, random_state=None):
         self.n_components = n_components
@@ -154,6 +158,7 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
         self.block_size = block_size
         self.batch_size = batch_size
         self.max_iter = max_iter
+        self.shuffle_chunks = shuffle_chunks
         self.eta0 = eta0
         self.eta_decay = eta_decay
         self.init = init
@@ -172,8 +177,9 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
 
         Parameters
         ----------
-        X : array-like, dask array, Zarr array or xarray DataArray of shape (n_samples, n_features)
-            Training data; lazy inputs are streamed chunk by chunk.
+        X : array-like, dask array, Zarr array (or path to one), xarray DataArray or Dataset
+            Training data of shape (n_samples, n_features); lazy inputs are streamed chunk
+            by chunk. A Dataset must hold a single 2-D data variable.
         y : None
             Ignored.
         callback : callable, optional
@@ -260,6 +266,7 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
             "n_blocks": n_blocks,
             "batch_size": batch,
             "max_iter": max_iter,
+            "shuffle_chunks": check_int(self.shuffle_chunks, "shuffle_chunks"),
             "eta0": check_float(self.eta0, "eta0"),
             "eta_decay": check_float(self.eta_decay, "eta_decay", strict=False),
             "init": check_choice(self.init, "init", ("rca", "random")),
@@ -308,7 +315,7 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
         state = self.state_
         step0 = 0 if checkpointer is not None else state.step
         tasks = chunk_tasks(view, self._params["batch_size"], self.seed_, step0, n_steps,
-                            epoch_offset=epoch_offset)
+                            epoch_offset=epoch_offset, shuffle_chunks=self._params["shuffle_chunks"])
         if state.step > step0:
             tasks = skip_done(tasks, state.step)
         progress = Progress(n_steps, self._params["batch_size"], done=state.step - step0) if self.verbose else None

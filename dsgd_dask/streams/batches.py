@@ -31,8 +31,8 @@ class ChunkTask:
     """Steps ``first_step .. first_step + n_steps - 1`` on one slab of rows."""
 
     epoch: int
-    chunk: int  # dask chunk index, or -1 for an in-memory slab
-    rows: object  # slice (dask: rows within the chunk) or index array (numpy)
+    chunks: tuple[int, ...]  # dask chunk indices (rows shuffled together), or () for an in-memory slab
+    rows: object  # index array of an in-memory slab, or None
     n_rows: int
     first_step: int
     n_steps: int
@@ -47,11 +47,13 @@ class ChunkTask:
 
 
 def chunk_tasks(view: DataView, batch_size: int, seed: int, first_step: int, n_steps: int,
-                epoch_offset: int = 0):
+                epoch_offset: int = 0, shuffle_chunks: int = 1):
     """Yield the chunk tasks of ``n_steps`` steps starting at global step ``first_step``.
 
-    Epochs are counted from ``epoch_offset``; a truncated last task keeps its first
-    mini-batches.
+    Per epoch the dask chunks come in a seeded order, ``shuffle_chunks`` consecutive ones
+    forming one task whose rows are shuffled together (a shuffle buffer over several
+    chunks); an in-memory array is permuted whole and cut into slabs. Epochs are counted
+    from ``epoch_offset``; a truncated last task keeps its first mini-batches.
     """
     step = first_step
     end = first_step + n_steps
@@ -60,18 +62,18 @@ def chunk_tasks(view: DataView, batch_size: int, seed: int, first_step: int, n_s
     while step < end:
         rng = stream_rng(seed, epoch)
         if view.is_dask:
-            starts = np.cumsum((0, *view.data.chunks[0]))
-            order = rng.permutation(len(view.data.chunks[0]))
-            slabs = [(int(c), slice(int(starts[c]), int(starts[c + 1]))) for c in order]
+            sizes = view.data.chunks[0]
+            order = [int(c) for c in rng.permutation(len(sizes))]
+            slabs = [(tuple(order[i:i + shuffle_chunks]), None) for i in range(0, len(order), shuffle_chunks)]
         else:
             perm = rng.permutation(n)
             width = BATCHES_PER_SLAB * batch_size
-            slabs = [(-1, np.sort(perm[a:a + width])) for a in range(0, n, width)]
+            slabs = [((), np.sort(perm[a:a + width])) for a in range(0, n, width)]
         seeds = rng.integers(0, 2**63, size=len(slabs))
-        for (chunk, rows), s in zip(slabs, seeds, strict=True):
-            n_rows = rows.stop - rows.start if isinstance(rows, slice) else len(rows)
+        for (chunks, rows), s in zip(slabs, seeds, strict=True):
+            n_rows = sum(view.data.chunks[0][c] for c in chunks) if chunks else len(rows)
             k = min(max(1, -(-n_rows // batch_size)), end - step)
-            yield ChunkTask(epoch, chunk, rows, n_rows, step, k, int(s))
+            yield ChunkTask(epoch, chunks, rows, n_rows, step, k, int(s))
             step += k
             if step >= end:
                 return
@@ -89,10 +91,18 @@ def skip_done(tasks, step: int):
 
 
 def load_slab(view: DataView, task: ChunkTask) -> np.ndarray:
-    """The rows of one task as a numpy array (computes one dask chunk)."""
-    if view.is_dask:
-        return np.asarray(view.data.blocks[task.chunk].compute())
-    return view.data[task.rows]
+    """The rows of one task as a numpy array (computes the task's dask chunks, checked one by one)."""
+    if not view.is_dask:
+        return view.data[task.rows]
+    parts = dask.compute(*(view.data.blocks[c] for c in task.chunks))
+    for c, part in zip(task.chunks, parts, strict=True):
+        check_finite_block(part, f"chunk {c}")
+    return np.asarray(parts[0]) if len(parts) == 1 else np.concatenate(parts)
+
+
+def load_pair(views: tuple[DataView, DataView], task: ChunkTask) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of one task from two row-aligned views."""
+    return load_slab(views[0], task), load_slab(views[1], task)
 
 
 def sample_rows(view: DataView, n: int, seed: int, key: int = 0, max_chunks: int = 8) -> np.ndarray:

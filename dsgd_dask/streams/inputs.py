@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import dask.array as da
@@ -68,11 +69,51 @@ def _is_dataarray(X) -> bool:
     return isinstance(X, xr.DataArray)
 
 
+def _is_dataset(X) -> bool:
+    try:
+        import xarray as xr
+    except ImportError:  # pragma: no cover - xarray is a dependency
+        return False
+    return isinstance(X, xr.Dataset)
+
+
 def is_lazy_input(X) -> bool:
-    """Whether ``X`` is (or wraps) a dask or Zarr array that must not be computed eagerly."""
+    """Whether ``X`` is (or wraps) a dask or Zarr array, or a path to one, not to be read eagerly."""
+    if isinstance(X, str | os.PathLike) or _is_dataset(X):
+        return True
     if _is_dataarray(X):
         X = X.data
     return isinstance(X, da.Array) or _is_zarr_array(X)
+
+
+def open_zarr_path(path, what: str = "X"):
+    """The Zarr array at ``path`` (a local path or URL), with a clear error for anything else."""
+    import zarr
+
+    try:
+        node = zarr.open(str(path), mode="r")
+    except FileNotFoundError:
+        raise
+    except Exception as err:
+        raise ValueError(f"{what}={str(path)!r} is not a readable Zarr store ({type(err).__name__}: {err})") from err
+    if isinstance(node, zarr.Group):
+        arrays = sorted(name for name, _ in node.arrays())
+        raise ValueError(
+            f"{what}={str(path)!r} is a Zarr group, not an array; pass the array inside it "
+            f"(e.g. {str(path) + '/' + arrays[0] if arrays else 'a path to an array'!r}), "
+            "or da.from_zarr(path, component=...), or xr.open_zarr(path)[variable]"
+        )
+    return node
+
+
+def _dataset_variable(ds, what: str):
+    names = [name for name, var in ds.data_vars.items() if var.ndim == 2]
+    if len(names) != 1:
+        raise ValueError(
+            f"{what} is an xarray Dataset with {len(names)} 2-D data variables {names}; "
+            f"select one: ds[name]"
+        )
+    return ds[names[0]]
 
 
 def as_view(X, what: str = "X") -> DataView:
@@ -80,9 +121,14 @@ def as_view(X, what: str = "X") -> DataView:
 
     Numpy and array-likes go through scikit-learn's ``validate_data`` in the estimators;
     this handles the lazy and labelled inputs, checking dtype, shape and chunks without
-    computing anything.
+    computing anything. A path opens the Zarr array there; an xarray Dataset must hold a
+    single 2-D data variable (else pass ``ds[name]``).
     """
     dims = coords = None
+    if isinstance(X, str | os.PathLike):
+        X = open_zarr_path(X, what)
+    if _is_dataset(X):
+        X = _dataset_variable(X, what)
     source = X
     if _is_dataarray(X):
         if X.ndim != 2:
@@ -126,3 +172,29 @@ def check_finite_block(block: np.ndarray, where: str) -> None:
             f"Input contains NaN or infinity in {where} (first at local row {bad[0]}, "
             f"column {bad[1]}); clean or impute the data first"
         )
+
+
+def paired_views(X, Y) -> tuple[DataView, DataView]:
+    """Two row-aligned views for two-view methods (row ``i`` of ``X`` goes with row ``i`` of ``Y``).
+
+    Both are validated without computing; different row counts fail here, before any
+    work. When either is a dask array, both become dask arrays with the row chunks of the
+    first dask one, so every chunk task reads matching rows of both.
+    """
+    vx = as_view(X, "X") if is_lazy_input(X) or _is_dataarray(X) else as_view(np.asarray(X), "X")
+    vy = as_view(Y, "Y") if is_lazy_input(Y) or _is_dataarray(Y) else as_view(np.asarray(Y), "Y")
+    if vx.n_samples != vy.n_samples:
+        raise ValueError(
+            f"X and Y must be row-aligned views of the same samples: X has {vx.n_samples} rows, "
+            f"Y has {vy.n_samples}"
+        )
+    if vx.dims and vy.dims and vx.dims[0] != vy.dims[0]:
+        raise ValueError(f"X and Y have different sample dimensions {vx.dims[0]!r} and {vy.dims[0]!r}")
+    if vx.is_dask or vy.is_dask:
+        rows = vx.data.chunks[0] if vx.is_dask else vy.data.chunks[0]
+        for v in (vx, vy):
+            data = v.data if v.is_dask else da.from_array(v.data, chunks=(rows, -1))
+            if data.chunks[0] != rows:
+                data = data.rechunk({0: rows})
+            v.data = data
+    return vx, vy
