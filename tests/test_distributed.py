@@ -32,6 +32,12 @@ def reference(store):
         return DSGDKernelPCA(**PARAMS).fit(da.from_zarr(store))
 
 
+@pytest.fixture(scope="module")
+def partitioned_reference(store):
+    with dask.config.set(scheduler="sync"):
+        return DSGDKernelPCA(**PARAMS, n_partitions=2).fit(da.from_zarr(store))
+
+
 def _cluster(n_workers):
     return LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None)
 
@@ -71,3 +77,12 @@ def test_killed_worker_does_not_change_the_fit(store, reference):
         assert killed.is_set()
         assert victim not in client.run(os.getpid).values()  # that worker process is gone
     np.testing.assert_allclose(model.model_.coef, reference.model_.coef, rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("n_workers", [1, 2])
+def test_data_parallel_steps_on_local_cluster(store, partitioned_reference, n_workers):
+    with _cluster(n_workers) as cluster, Client(cluster) as client, get_task_stream(client) as stream:
+        model = DSGDKernelPCA(**PARAMS, n_partitions=2).fit(da.from_zarr(store))
+    part_workers = {t["worker"] for t in stream.data if str(t["key"]).startswith("dsgd-part-")}
+    assert len(part_workers) == n_workers  # the parts of a step ran on every worker
+    np.testing.assert_allclose(model.model_.coef, partitioned_reference.model_.coef, rtol=1e-12, atol=1e-15)

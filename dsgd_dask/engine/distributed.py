@@ -15,7 +15,10 @@ import warnings
 from collections import deque
 from dataclasses import replace
 
-from dsgd_dask.engine.steps import DivergenceError, KPCAState, run_chunk
+from dsgd_dask.engine.parallel import apply_sums, part_sums
+from dsgd_dask.engine.steps import DivergenceError, KPCAState, check_slab, run_chunk, target_block
+from dsgd_dask.rules.statistics import StepSums
+from dsgd_dask.streams.batches import PartitionedTask
 
 
 def active_client():
@@ -42,17 +45,23 @@ def run_plan_distributed(client, state: KPCAState, view, tasks, features, cfg, p
             task = next(tasks, None)
             if task is None:
                 return
-            queue.append((task, [client.compute(view.data.blocks[c]) for c in task.chunks]))
+            parts = task.parts if isinstance(task, PartitionedTask) else (task,)
+            futures = [client.submit(check_slab, [client.compute(view.data.blocks[c]) for c in part.chunks], part,
+                                     pure=False) for part in parts]
+            queue.append((task, futures))
 
     refill()
     while queue:
         task, chunk = queue.popleft()
         refill()
         for _ in range(max_restarts):
-            future = client.submit(run_chunk, state, chunk, task, features, cfg, pure=False,
-                                   key=f"dsgd-step-{task.first_step}-{id(state)}")
             try:
-                new_state = future.result()
+                if isinstance(task, PartitionedTask):
+                    new_state = _run_partitioned_remote(client, state, chunk, task, features, cfg)
+                else:
+                    future = client.submit(run_chunk, state, chunk[0], task, features, cfg, pure=False,
+                                           key=f"dsgd-step-{task.first_step}-{id(state)}")
+                    new_state = future.result()
                 break
             except DivergenceError as err:
                 state = replace(state, eta_scale=state.eta_scale / 2)
@@ -61,10 +70,29 @@ def run_plan_distributed(client, state: KPCAState, view, tasks, features, cfg, p
         else:
             raise RuntimeError(f"the updates kept diverging after {max_restarts} step-size halvings; "
                                "check the data scale and lower eta0")
-        del chunk, future
+        del chunk
         state = new_state
         if progress is not None:
             progress.update(task.n_steps)
         if callback is not None:
             callback(state)
     return state
+
+
+def _run_partitioned_remote(client, state: KPCAState, slabs: list, task: PartitionedTask, features, cfg) -> KPCAState:
+    """Data-parallel steps: every part's sums computed on the worker holding its slab."""
+    batches = task.part_batches([part.n_rows for part in task.parts], cfg.batch_size)
+    coef = state.coef
+    m = features.block_size
+    for i in range(task.n_steps):
+        t = task.first_step + i
+        _, target = target_block(coef.shape[0] // m, cfg.n_blocks, t)
+        [coef_f] = client.scatter([coef], hash=False)
+        futures = [client.submit(part_sums, coef_f, slab, rows[i], target, features, pure=False,
+                                 key=f"dsgd-part-{t}-{p}-{id(coef)}")
+                   for p, (slab, rows) in enumerate(zip(slabs, batches, strict=True))]
+        total = StepSums.empty(m, coef.shape[1])
+        for sums in client.gather(futures):  # reduced in part order: the same sum on any cluster
+            total = total + sums
+        coef = apply_sums(coef, total, t, state.eta_scale, features, cfg)
+    return KPCAState(coef, task.first_step + task.n_steps, state.eta_scale)

@@ -9,8 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from dsgd_dask.engine.distributed import active_client, run_plan_distributed
+from dsgd_dask.engine.parallel import run_partitioned
 from dsgd_dask.engine.steps import DivergenceError, KPCAState, run_chunk
-from dsgd_dask.streams.batches import load_slab
+from dsgd_dask.streams.batches import PartitionedTask, load_slab
 
 #: Halvings of the step size tried before a diverging fit gives up.
 MAX_RESTARTS = 12
@@ -41,6 +42,13 @@ class Progress:
         self.stream.flush()
 
 
+def run_task(state: KPCAState, slab, task, features, cfg) -> KPCAState:
+    """Run one task of a plan in this process: a chunk task or a partitioned task."""
+    if isinstance(task, PartitionedTask):
+        return run_partitioned(state, slab, task, features, cfg)
+    return run_chunk(state, slab, task, features, cfg)
+
+
 def run_plan(state: KPCAState, view, tasks, features, cfg, progress: Progress | None = None,
              callback=None) -> KPCAState:
     """Run every chunk task in order, loading the next slab while the current one runs.
@@ -67,7 +75,7 @@ def run_plan(state: KPCAState, view, tasks, features, cfg, progress: Progress | 
             pending = pool.submit(load_slab, view, nxt) if nxt is not None else None
             for _ in range(MAX_RESTARTS):
                 try:
-                    new_state = run_chunk(state, slab, task, features, cfg)
+                    new_state = run_task(state, slab, task, features, cfg)
                     break
                 except DivergenceError as err:
                     state = replace(state, eta_scale=state.eta_scale / 2)

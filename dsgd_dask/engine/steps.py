@@ -41,6 +41,24 @@ class KPCAState:
         return replace(self, coef=self.coef.copy())
 
 
+def target_block(n_active: int, n_blocks: int, t: int) -> tuple[bool, int]:
+    """Whether step ``t`` adds a block (features still growing), and which block it updates."""
+    if n_active < n_blocks:
+        return True, n_active
+    return False, t % n_active
+
+
+def check_slab(slab, task: ChunkTask) -> np.ndarray:
+    """A task's rows as one array, checked for NaN/infinity (naming the chunk)."""
+    if isinstance(slab, list | tuple):
+        for c, part in zip(task.chunks, slab, strict=True):
+            check_finite_block(part, f"chunk {c}")
+        return slab[0] if len(slab) == 1 else np.concatenate(slab)
+    check_finite_block(slab, f"chunk {task.chunks[0]}" if len(task.chunks) == 1 else
+                       f"chunks {task.chunks}" if task.chunks else f"rows of epoch {task.epoch}")
+    return slab
+
+
 def kpca_step(coef: np.ndarray, X: np.ndarray, t: int, eta_scale: float,
               features: RandomFeatures, cfg: KPCAConfig) -> np.ndarray:
     """Apply step ``t`` on the mini-batch ``X``; returns the new coefficients.
@@ -49,9 +67,7 @@ def kpca_step(coef: np.ndarray, X: np.ndarray, t: int, eta_scale: float,
     (checked exactly and cheaply: ``h_new = h S + eta z g`` with ``S`` the shrink).
     """
     m = features.block_size
-    n_active = coef.shape[0] // m
-    growing = n_active < cfg.n_blocks
-    target = n_active if growing else t % n_active
+    growing, target = target_block(coef.shape[0] // m, cfg.n_blocks, t)
     h, z = evaluate_blocks(features, coef, X, keep_block=target)
     C, g = batch_statistics(h, z, cfg.center)
     eta = step_size(eta_scale, cfg.eta_decay, t)
@@ -71,13 +87,7 @@ def kpca_step(coef: np.ndarray, X: np.ndarray, t: int, eta_scale: float,
 def run_chunk(state: KPCAState, slab: np.ndarray, task: ChunkTask, features: RandomFeatures,
               cfg: KPCAConfig) -> KPCAState:
     """Run the steps of ``task`` on its rows ``slab``; the input state is not modified."""
-    if isinstance(slab, list | tuple):
-        for c, part in zip(task.chunks, slab, strict=True):
-            check_finite_block(part, f"chunk {c}")
-        slab = slab[0] if len(slab) == 1 else np.concatenate(slab)
-    else:
-        check_finite_block(slab, f"chunk {task.chunks[0]}" if len(task.chunks) == 1 else
-                          f"chunks {task.chunks}" if task.chunks else f"rows of epoch {task.epoch}")
+    slab = check_slab(slab, task)
     coef = state.coef.copy()
     for i, rows in enumerate(task.batches(slab.shape[0], cfg.batch_size)):
         coef = kpca_step(coef, slab[rows], task.first_step + i, state.eta_scale, features, cfg)

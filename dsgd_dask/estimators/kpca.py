@@ -69,6 +69,12 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
         For dask, Zarr and xarray inputs: how many chunks (in a seeded random order per
         epoch) are read together and have their rows shuffled together, a shuffle buffer
         for data stored in order. Rows within a chunk are always shuffled.
+    n_partitions : int, default=1
+        Data-parallel steps: every mini-batch is split over ``n_partitions`` slabs of the
+        data, each part's sums computed where its rows live (on a ``distributed``
+        cluster: on the worker holding its chunk) and reduced before one update. The
+        result depends on ``n_partitions`` but never on the scheduler or the number of
+        workers. Use about as many partitions as workers, with large batches.
     eta0 : float, default=0.5
         ``theta_0`` of the step size ``eta_t = theta_0 / (lambda_1 (1 + theta_1 t))``,
         relative to the top-eigenvalue estimate ``lambda_1`` of the initial solve, so
@@ -147,7 +153,8 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
     """
 
     def __init__(self, n_components=5, *, kernel="gaussian", bandwidth="median", kernel_params=None,
-                 n_features="auto", block_size=256, batch_size=256, max_iter="auto", shuffle_chunks=1, eta0=0.5,
+                 n_features="auto", block_size=256, batch_size=256, max_iter="auto", shuffle_chunks=1, n_partitions=1,
+                 eta0=0.5,
                  eta_decay=0.01, init="rca", center=True, ordered=False, compute_dtype="float32",
                  cache_bytes=None, checkpoint=None, checkpoint_every=100, verbose=False, random_state=None):
         self.n_components = n_components
@@ -159,6 +166,7 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
         self.batch_size = batch_size
         self.max_iter = max_iter
         self.shuffle_chunks = shuffle_chunks
+        self.n_partitions = n_partitions
         self.eta0 = eta0
         self.eta_decay = eta_decay
         self.init = init
@@ -267,6 +275,7 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
             "batch_size": batch,
             "max_iter": max_iter,
             "shuffle_chunks": check_int(self.shuffle_chunks, "shuffle_chunks"),
+            "n_partitions": check_int(self.n_partitions, "n_partitions"),
             "eta0": check_float(self.eta0, "eta0"),
             "eta_decay": check_float(self.eta_decay, "eta_decay", strict=False),
             "init": check_choice(self.init, "init", ("rca", "random")),
@@ -315,7 +324,8 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
         state = self.state_
         step0 = 0 if checkpointer is not None else state.step
         tasks = chunk_tasks(view, self._params["batch_size"], self.seed_, step0, n_steps,
-                            epoch_offset=epoch_offset, shuffle_chunks=self._params["shuffle_chunks"])
+                            epoch_offset=epoch_offset, shuffle_chunks=self._params["shuffle_chunks"],
+                            partitions=self._params["n_partitions"])
         if state.step > step0:
             tasks = skip_done(tasks, state.step)
         progress = Progress(n_steps, self._params["batch_size"], done=state.step - step0) if self.verbose else None

@@ -46,38 +46,79 @@ class ChunkTask:
         return np.array_split(perm, n_split)[: self.n_steps]
 
 
+def _epoch_slabs(view: DataView, rng: np.random.Generator, slab_rows: int, shuffle_chunks: int):
+    """``(chunks, rows, n_rows, seed)`` of every slab of one epoch, in the epoch's order."""
+    if view.is_dask:
+        sizes = view.data.chunks[0]
+        order = [int(c) for c in rng.permutation(len(sizes))]
+        slabs = [tuple(order[i:i + shuffle_chunks]) for i in range(0, len(order), shuffle_chunks)]
+        slabs = [(chunks, None, sum(sizes[c] for c in chunks)) for chunks in slabs]
+    else:
+        perm = rng.permutation(view.n_samples)
+        slabs = [((), np.sort(perm[a:a + slab_rows]), len(perm[a:a + slab_rows]))
+                 for a in range(0, view.n_samples, slab_rows)]
+    seeds = rng.integers(0, 2**63, size=len(slabs))
+    for (chunks, rows, n_rows), s in zip(slabs, seeds, strict=True):
+        yield chunks, rows, n_rows, int(s)
+
+
 def chunk_tasks(view: DataView, batch_size: int, seed: int, first_step: int, n_steps: int,
-                epoch_offset: int = 0, shuffle_chunks: int = 1):
-    """Yield the chunk tasks of ``n_steps`` steps starting at global step ``first_step``.
+                epoch_offset: int = 0, shuffle_chunks: int = 1, partitions: int = 1):
+    """Yield the tasks of ``n_steps`` steps starting at global step ``first_step``.
 
     Per epoch the dask chunks come in a seeded order, ``shuffle_chunks`` consecutive ones
-    forming one task whose rows are shuffled together (a shuffle buffer over several
+    forming one slab whose rows are shuffled together (a shuffle buffer over several
     chunks); an in-memory array is permuted whole and cut into slabs. Epochs are counted
     from ``epoch_offset``; a truncated last task keeps its first mini-batches.
+
+    With ``partitions = P > 1`` the tasks are :class:`PartitionedTask` s: ``P``
+    consecutive slabs advanced in lockstep, each step taking ``ceil(batch_size / P)`` rows
+    from every slab (data-parallel steps). The plan never depends on the scheduler or
+    on the number of workers.
     """
     step = first_step
     end = first_step + n_steps
     epoch = epoch_offset
-    n = view.n_samples
+    part_batch = -(-batch_size // partitions)
     while step < end:
-        rng = stream_rng(seed, epoch)
-        if view.is_dask:
-            sizes = view.data.chunks[0]
-            order = [int(c) for c in rng.permutation(len(sizes))]
-            slabs = [(tuple(order[i:i + shuffle_chunks]), None) for i in range(0, len(order), shuffle_chunks)]
-        else:
-            perm = rng.permutation(n)
-            width = BATCHES_PER_SLAB * batch_size
-            slabs = [((), np.sort(perm[a:a + width])) for a in range(0, n, width)]
-        seeds = rng.integers(0, 2**63, size=len(slabs))
-        for (chunks, rows), s in zip(slabs, seeds, strict=True):
-            n_rows = sum(view.data.chunks[0][c] for c in chunks) if chunks else len(rows)
-            k = min(max(1, -(-n_rows // batch_size)), end - step)
-            yield ChunkTask(epoch, chunks, rows, n_rows, step, k, int(s))
+        slabs = list(_epoch_slabs(view, stream_rng(seed, epoch), BATCHES_PER_SLAB * part_batch, shuffle_chunks))
+        for i in range(0, len(slabs), partitions):
+            group = slabs[i:i + partitions]
+            k = min(max(max(1, -(-n_rows // part_batch)) for _, _, n_rows, _ in group), end - step)
+            parts = tuple(ChunkTask(epoch, chunks, rows, n_rows, step, k, s) for chunks, rows, n_rows, s in group)
+            yield parts[0] if partitions == 1 else PartitionedTask(parts)
             step += k
             if step >= end:
                 return
         epoch += 1
+
+
+@dataclass(frozen=True)
+class PartitionedTask:
+    """Data-parallel steps over several slabs: step ``i`` takes a sub-batch from each part."""
+
+    parts: tuple[ChunkTask, ...]
+
+    @property
+    def first_step(self) -> int:
+        return self.parts[0].first_step
+
+    @property
+    def n_steps(self) -> int:
+        return self.parts[0].n_steps
+
+    @property
+    def epoch(self) -> int:
+        return self.parts[0].epoch
+
+    def part_batches(self, n_rows: list[int], batch_size: int) -> list[list[np.ndarray]]:
+        """Per part, the row indices of every step (empty where a part has run out of rows)."""
+        b = -(-batch_size // len(self.parts))
+        out = []
+        for part, n in zip(self.parts, n_rows, strict=True):
+            batches = part.batches(n, b)
+            out.append(batches + [np.empty(0, dtype=np.intp)] * (self.n_steps - len(batches)))
+        return out
 
 
 def skip_done(tasks, step: int):
@@ -90,8 +131,13 @@ def skip_done(tasks, step: int):
         yield task
 
 
-def load_slab(view: DataView, task: ChunkTask) -> np.ndarray:
-    """The rows of one task as a numpy array (computes the task's dask chunks, checked one by one)."""
+def load_slab(view: DataView, task) -> np.ndarray | list[np.ndarray]:
+    """The rows of one task as a numpy array (computes the task's dask chunks, checked one by one).
+
+    For a :class:`PartitionedTask`, a list with one array per part.
+    """
+    if isinstance(task, PartitionedTask):
+        return [load_slab(view, part) for part in task.parts]
     if not view.is_dask:
         return view.data[task.rows]
     parts = dask.compute(*(view.data.blocks[c] for c in task.chunks))
