@@ -153,10 +153,10 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
     """
 
     def __init__(self, n_components=5, *, kernel="gaussian", bandwidth="median", kernel_params=None,
-                 n_features="auto", block_size=256, batch_size=256, max_iter="auto", shuffle_chunks=1, n_partitions=1,
-                 eta0=0.5,
-                 eta_decay=0.01, init="rca", center=True, ordered=False, compute_dtype="float32",
-                 cache_bytes=None, checkpoint=None, checkpoint_every=100, verbose=False, random_state=None):
+                 n_features="auto", block_size=256, batch_size=256, max_iter="auto", shuffle_chunks=1,
+                 n_partitions=1, eta0=0.5, eta_decay=0.01, init="rca", center=True, ordered=False,
+                 compute_dtype="float32", cache_bytes=None, checkpoint=None, checkpoint_every=100,
+                 verbose=False, random_state=None):
         self.n_components = n_components
         self.kernel = kernel
         self.bandwidth = bandwidth
