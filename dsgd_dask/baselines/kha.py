@@ -169,10 +169,13 @@ class KernelHebbianPCA(_DenseKernelEstimator):
         Raises
         ------
         ValueError
-            If the coefficients stop being finite (the gains are too large: lower ``eta0``
-            or, for SMD, ``meta_gain``).
+            If the (centred) kernel matrix is zero, or if the coefficients stop being
+            finite (the gains are too large: lower ``eta0`` or, for SMD, ``meta_gain``).
         """
         _, r, centred, K = self._dense_setup(X)
+        if not np.abs(K).max() > 0:
+            raise ValueError("the kernel matrix is zero: the data have no variance under this kernel; "
+                             "check the bandwidth")
         gain = self.gain
         eta0 = float(self.eta0)
         n = K.shape[0]
@@ -196,7 +199,7 @@ class KernelHebbianPCA(_DenseKernelEstimator):
             if not (np.isfinite(A).all() and np.isfinite(gains).all()):
                 raise ValueError(
                     f"KernelHebbianPCA diverged in pass {epoch + 1} (gain={gain!r}, eta0={eta0}): the "
-                    "coefficients are no longer finite; lower eta0" + (" or meta_gain" if smd else "")
+                    "coefficients are no longer finite; lower eta0" + (" or meta_gain" if smd is not None else "")
                 )
             if callback is not None:
                 callback(epoch + 1, A.copy())
@@ -218,12 +221,14 @@ def _kha_pass(A: np.ndarray, K: np.ndarray, order: np.ndarray, t0: int, scale: n
               decay: bool) -> np.ndarray:
     """One pass of ``A <- A + diag(eta_t) (y e_p^T - lt(y y^T) A)`` in place; the last gains."""
     n = K.shape[0]
+    lower = np.tril(np.ones((A.shape[0], A.shape[0])))  # lt() as a mask: np.tril costs as much as an update
     eta = scale
     for i, p in enumerate(order):
         if decay:
             eta = scale * (n / (t0 + i + n))
         y = A @ K[p]
-        step = np.tril(np.outer(eta * y, y))
+        step = np.outer(eta * y, y)
+        step *= lower
         A -= step @ A
         A[:, p] += eta * y
     return eta
@@ -241,6 +246,7 @@ class _SMDState:
         """One pass of Algorithm 1 (equations 13, 12, 7, 17, 16, 21, 15, 18 in that order)."""
         A, B, rho = self.A, self.B, self.rho
         n = K.shape[0]
+        lower = np.tril(np.ones((A.shape[0], A.shape[0])))
         AK = A @ K  # exact at the start of every pass, then updated by (18)
         g = eta0
         for i, p in enumerate(order):
@@ -248,13 +254,13 @@ class _SMDState:
             eta = eta0 * np.linalg.norm(lam) / lam * (n / (t0 + i + n))  # (12)
             k = K[p]
             y = AK[:, p].copy()  # (7): A k_p, K~ being symmetric
-            L = np.tril(np.outer(y, y))
+            L = np.outer(y, y) * lower
             GK = np.outer(y, k) - L @ AK  # (17): Gamma K~
             rho += mu * np.einsum("ij,ij->i", GK, B)  # (16)
             g = np.exp(rho) * eta
             v = B @ k
             # (21), from the old A and B
-            dB = -(L @ (A + xi * B)) - xi * (np.tril(np.outer(v, y) + np.outer(y, v)) @ A)
+            dB = -(L @ (A + xi * B)) - xi * (((np.outer(v, y) + np.outer(y, v)) * lower) @ A)
             dB[:, p] += y + xi * v
             # (15): A <- A + diag(g) Gamma with Gamma = y e_p^T - lt(y y^T) A
             dA = -(L @ A)

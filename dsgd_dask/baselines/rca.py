@@ -113,8 +113,8 @@ class RandomFeaturePCA(_FeatureSpacePCA):
     kernel_params : dict, optional
         ``{"nu": 0.5 | 1.5 | 2.5}`` for matern, ``{"order": 0 | 1 | 2}`` for arccos.
     n_features : int, default=1024
-        Number of random features ``M``, rounded up to whole blocks. Memory and time grow
-        as ``M^2`` per row (the covariance), plus one ``M x M`` eigen-solve.
+        Number of random features ``M``, rounded up to whole blocks. The covariance costs
+        ``M^2`` flops per row and ``O(M^2)`` memory, plus one ``M x M`` eigen-solve.
     block_size : int, default=256
         Features per seeded block.
     center : bool, default=True
@@ -140,6 +140,8 @@ class RandomFeaturePCA(_FeatureSpacePCA):
         Mean feature vector (zeros when ``center=False``).
     n_features_ : int
         Number of random features ``M``.
+    random_features_ : RandomFeatures
+        The seeded feature blocks (kernel, seed, centre; regenerated when evaluated).
     n_samples_seen_ : int
         Rows the moments were accumulated over.
     bandwidth_ : float
@@ -163,9 +165,12 @@ class RandomFeaturePCA(_FeatureSpacePCA):
     The features are ``z(x) = [z_0(x), ..., z_{B-1}(x)] / sqrt(B)`` over ``B`` blocks of
     ``m`` features ``z_j(x) = sqrt(2/m) cos((x - c) W_j + b_j)``, so ``z(x).z(y)``
     estimates ``k(x, y)`` and the covariance of ``z`` estimates the covariance operator.
-    Cost: ``2 n d M`` flops for the features and ``n M^2`` for the moments, memory
-    ``O(M^2)`` plus one chunk. Products are taken after subtracting the mean feature
-    vector of a sample, so float32 features lose nothing to cancellation.
+    The bandwidth and the centre ``c`` come from the seeded sample of up to 10,000 rows
+    that :class:`~dsgd_dask.DSGDKernelPCA` uses (for a dask input, drawn from at most 8
+    chunks); the moments are exact sums over every row. Products are taken after
+    subtracting the mean features of that sample, so float32 features lose nothing to
+    cancellation. Cost: ``2 n d M`` flops for the features and ``n M^2`` for the
+    moments, memory ``O(M^2)`` plus one chunk, then an ``M x M`` eigen-solve.
 
     References
     ----------
@@ -235,8 +240,8 @@ class NystroemPCA(_FeatureSpacePCA):
     kernel_params : dict, optional
         ``{"nu": 0.5 | 1.5 | 2.5}`` for matern, ``{"order": 0 | 1 | 2}`` for arccos.
     n_features : int, default=1024
-        Number of landmarks ``m`` (all rows when the data have fewer). Memory and time
-        grow as ``m^2`` per row, plus ``m x m`` eigen-solves.
+        Number of landmarks ``m`` (all rows when the data have fewer). The covariance
+        costs ``m^2`` flops per row and ``O(m^2)`` memory, plus two ``m x m`` eigen-solves.
     center : bool, default=True
         Centre the features (kernel PCA of the centred covariance operator, as
         scikit-learn's ``KernelPCA``).

@@ -1,0 +1,379 @@
+"""Baselines against dense references: randomized (Fourier, Nyström), exact and Hebbian kernel PCA."""
+
+from __future__ import annotations
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import xarray as xr
+from conftest import load_dataset
+from dask.callbacks import Callback
+from sklearn.decomposition import KernelPCA
+from sklearn.metrics.pairwise import laplacian_kernel, rbf_kernel
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+import dsgd_dask.baselines._dense as dense
+from dsgd_dask import DSGDKernelPCA
+from dsgd_dask.baselines import (
+    GAINS,
+    MAX_SAMPLES,
+    ExactKernelPCA,
+    KernelHebbianPCA,
+    NystroemPCA,
+    RandomFeaturePCA,
+    excess_reconstruction_error,
+)
+from dsgd_dask.features import kernel_matrix
+from dsgd_dask.metrics import principal_angle_sin2
+
+
+def _refuse(*args, **kwargs):
+    raise AssertionError("something was computed")
+
+
+def _centred(K):
+    return K - K.mean(axis=0) - K.mean(axis=1)[:, None] + K.mean()
+
+
+def _cosines(Z, E):
+    return np.abs((Z * E).sum(axis=0)) / (np.linalg.norm(Z, axis=0) * np.linalg.norm(E, axis=0))
+
+
+@pytest.fixture(scope="module")
+def usps():
+    """The first 2000 USPS training digits and 500 test digits, 256 pixels in [0, 1]."""
+    d = load_dataset("usps")
+    return d["X_train"][:2000].reshape(2000, -1), d["X_test"][:500].reshape(500, -1)
+
+
+# -- randomized kernel PCA vs exact kernel PCA on MNIST ------------------------------------
+
+@pytest.fixture(scope="module")
+def mnist_exact(mnist_small):
+    X, Xt = mnist_small
+    k = 3
+    exact = ExactKernelPCA(k + 1, random_state=0).fit(X)
+    return X, Xt, k, exact, exact.transform(Xt)[:, :k]
+
+
+def test_mnist_eigengap(mnist_exact):
+    # Centred spectrum at the median bandwidth: 0.0316, 0.0232, 0.0194 | 0.0169, a 13% gap
+    # after k = 3 (none after k = 5), so the top-3 subspace is well defined.
+    _, _, k, exact, _ = mnist_exact
+    lam = exact.eigenvalues_
+    assert lam[k - 1] / lam[k] > 1.1
+
+
+def test_nystroem_subspace_matches_exact(mnist_exact):
+    # sin^2 on held-out digits falls fast with the number of landmarks m: about 4e-3 at
+    # m = 128, 7e-4 at 256 and 6-7e-5 at 512 over six seeds (eigenvalues within 1.5%).
+    X, Xt, k, exact, E = mnist_exact
+    npca = NystroemPCA(k, n_features=512, random_state=0).fit(X)
+    assert npca.bandwidth_ == exact.bandwidth_  # same seeded median sample
+    assert principal_angle_sin2(npca.transform(Xt), E) < 5e-4
+    np.testing.assert_allclose(npca.eigenvalues_, exact.eigenvalues_[:k], rtol=0.03)
+
+
+def test_random_feature_subspace_matches_exact(mnist_exact):
+    # A Monte Carlo estimate: with M = 2048 features the eigenvalues are off by ~5% (at
+    # most 10% over eight seeds), so lambda_3 and lambda_4 (13% apart) can nearly swap;
+    # sin^2 over eight seeds had median 0.05, maximum 0.25 (0.12-0.9 at M = 1024). A wrong
+    # centring or scaling gives sin^2 near 1.
+    X, Xt, k, exact, E = mnist_exact
+    rpca = RandomFeaturePCA(k, n_features=2048, random_state=0).fit(X)
+    assert rpca.n_features_ == 2048
+    assert principal_angle_sin2(rpca.transform(Xt), E) < 0.15
+    np.testing.assert_allclose(rpca.eigenvalues_, exact.eigenvalues_[:k], rtol=0.10)
+
+
+# -- the out-of-core accumulation is exact -----------------------------------------------
+
+def _features(est, X):
+    """The explicit features of a fitted RandomFeaturePCA / NystroemPCA, recomputed densely."""
+    if isinstance(est, RandomFeaturePCA):
+        n_blocks = est.n_features_ // est.block_size
+        return est.random_features_.transform(X, 0, n_blocks).astype(np.float64) / np.sqrt(n_blocks)
+    return kernel_matrix(est.kernel_, X, est.landmarks_) @ est.normalization_
+
+
+@pytest.mark.parametrize(("cls", "rtol"), [(RandomFeaturePCA, 1e-5), (NystroemPCA, 1e-9)])
+def test_accumulated_moments_give_the_dense_pca_of_the_features(usps, cls, rtol):
+    # Fitted chunk by chunk on a dask array: the result is linear PCA of the explicit
+    # features up to round-off (float32 features for RandomFeaturePCA).
+    X = usps[0]
+    est = cls(3, n_features=256, random_state=0).fit(da.from_array(X, chunks=(300, -1)))
+    Z = _features(est, X)
+    mean = Z.mean(axis=0)
+    vals, vecs = np.linalg.eigh((Z - mean).T @ (Z - mean) / len(Z))
+    assert est.n_samples_seen_ == len(X)
+    np.testing.assert_allclose(est.mean_, mean, rtol=rtol, atol=rtol * np.abs(mean).max())
+    np.testing.assert_allclose(est.eigenvalues_, vals[::-1][:3], rtol=rtol)
+    assert principal_angle_sin2(est.components_.T, vecs[:, ::-1][:, :3]) < rtol
+    # the transform is the centred projection: uncorrelated, variances = eigenvalues
+    T = est.transform(X)
+    np.testing.assert_allclose(T.mean(axis=0), 0.0, atol=1e-6)
+    np.testing.assert_allclose(np.cov(T.T, bias=True), np.diag(est.eigenvalues_), atol=1e-6 * est.eigenvalues_[0])
+
+
+@pytest.mark.parametrize("cls", [RandomFeaturePCA, NystroemPCA])
+def test_dask_input_gives_the_numpy_result(usps, cls):
+    # 900 rows: the seeded sample behind the median bandwidth and the feature centre is
+    # then every row for numpy and dask alike, so only round-off differs.
+    X = usps[0][:900]
+    a = cls(3, n_features=256, random_state=0).fit(X)
+    Xd = da.from_array(X, chunks=(200, -1))
+    for data in (Xd, xr.DataArray(Xd, dims=("digit", "pixel"))):
+        b = cls(3, n_features=256, random_state=0).fit(data)
+        assert a.bandwidth_ == b.bandwidth_
+        np.testing.assert_allclose(b.eigenvalues_, a.eigenvalues_, rtol=1e-6)
+        np.testing.assert_allclose(b.components_, a.components_, atol=1e-6)
+        np.testing.assert_allclose(b.transform(X), a.transform(X), atol=1e-7)
+
+
+class _LargestRowBlock(Callback):
+    """Records the most rows of the input width any task held."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.width = width
+        self.rows = 0
+
+    def _posttask(self, key, result, dsk, state, id):
+        if isinstance(result, np.ndarray) and result.ndim == 2 and result.shape[1] == self.width:
+            self.rows = max(self.rows, result.shape[0])
+
+
+@pytest.mark.parametrize("cls", [RandomFeaturePCA, NystroemPCA])
+def test_fit_on_dask_never_gathers_the_data(usps, cls):
+    X = usps[0]
+    watch = _LargestRowBlock(X.shape[1])
+    with watch:
+        est = cls(3, n_features=128, random_state=0).fit(da.from_array(X, chunks=(250, -1)))
+    assert 0 < watch.rows <= 250  # one chunk at a time (the 128 landmarks fit in one)
+    assert est.n_samples_seen_ == len(X)
+
+
+def test_random_features_are_those_of_dsgd_kernel_pca(usps):
+    # Same data, random_state and block size: the same seeded feature blocks.
+    X = usps[0][:500]
+    rpca = RandomFeaturePCA(2, n_features=512, random_state=3).fit(X)
+    dsgd = DSGDKernelPCA(2, n_features=512, max_iter=2, random_state=3).fit(X)
+    assert rpca.bandwidth_ == dsgd.bandwidth_
+    np.testing.assert_array_equal(rpca.random_features_.transform(X[:50], 0, 2),
+                                  dsgd.model_.features.transform(X[:50], 0, 2))
+
+
+# -- lazy and labelled transforms ---------------------------------------------------------
+
+def _fitted(X):
+    yield RandomFeaturePCA(3, n_features=128, random_state=0).fit(X)
+    yield NystroemPCA(3, n_features=100, random_state=0).fit(X)
+    yield ExactKernelPCA(3, random_state=0).fit(X)
+    yield KernelHebbianPCA(3, max_iter=2, random_state=0).fit(X)
+
+
+def test_transform_stays_lazy_on_dask_and_labelled_on_xarray(usps):
+    X, Xt = usps[0][:300], usps[1][:200]
+    Xd = da.from_array(Xt, chunks=(50, -1))
+    xa = xr.DataArray(Xd, dims=("digit", "pixel"), coords={"digit": np.arange(200) + 1000})
+    for est in _fitted(X):
+        with dask.config.set(scheduler=_refuse):
+            Z = est.transform(Xd)
+            L = est.transform(xa)
+        assert isinstance(Z, da.Array), type(est).__name__
+        assert Z.chunks == (Xd.chunks[0], (3,))
+        assert len(Z.dask.layers[Z.name]) == Xd.numblocks[0]  # one task per row chunk
+        expected = est.transform(Xt)
+        np.testing.assert_allclose(Z.compute(), expected, rtol=1e-6, atol=1e-9)
+        assert isinstance(L, xr.DataArray)
+        assert L.dims == ("digit", "component")
+        np.testing.assert_array_equal(L["digit"].values, np.arange(200) + 1000)
+        np.testing.assert_allclose(L.values, expected, rtol=1e-6, atol=1e-9)
+
+
+# -- exact kernel PCA ----------------------------------------------------------------------
+
+@pytest.mark.parametrize(("kernel", "reference"), [
+    ("gaussian", lambda A, B, s: rbf_kernel(A, B, gamma=0.5 / s**2)),
+    ("laplacian", lambda A, B, s: laplacian_kernel(A, B, gamma=1.0 / s)),
+])
+def test_exact_matches_scikit_learn_kernel_pca(usps, kernel, reference):
+    X, Xt = usps[0][:500].astype(np.float64), usps[1].astype(np.float64)  # scikit-learn keeps float32
+    ours = ExactKernelPCA(4, kernel=kernel, random_state=0).fit(X)
+    s = ours.bandwidth_
+    ref = KernelPCA(4, kernel="precomputed").fit(reference(X, X, s))
+    np.testing.assert_allclose(ours.eigenvalues_, ref.eigenvalues_ / len(X), rtol=1e-10)
+    # same sign convention (largest entry of each eigenvector positive)
+    np.testing.assert_allclose(ours.transform(Xt), ref.transform(reference(Xt, X, s)), atol=1e-10)
+    np.testing.assert_allclose(ours.fit_transform(X), ref.transform(reference(X, X, s)), atol=1e-10)
+
+
+def test_exact_refuses_large_data_before_reading_it():
+    X = da.zeros((MAX_SAMPLES + 1, 3), chunks=(5000, 3))
+    for cls in (ExactKernelPCA, KernelHebbianPCA):
+        with dask.config.set(scheduler=_refuse), pytest.raises(ValueError, match=(
+                rf"limited to n_samples <= {MAX_SAMPLES} \(got {MAX_SAMPLES + 1}\); use DSGDKernelPCA, "
+                "RandomFeaturePCA or NystroemPCA")):
+            cls(2).fit(X)
+
+
+def test_size_limit_is_the_module_constant(monkeypatch):
+    X = np.random.default_rng(0).normal(size=(60, 3))
+    monkeypatch.setattr(dense, "MAX_SAMPLES", 50)
+    with pytest.raises(ValueError, match="limited to n_samples <= 50"):
+        ExactKernelPCA(2).fit(X)
+    monkeypatch.setattr(dense, "MAX_SAMPLES", 60)
+    assert ExactKernelPCA(2).fit(X).eigenvectors_.shape == (60, 2)
+
+
+# -- the Kernel Hebbian Algorithm family ---------------------------------------------------
+
+@pytest.fixture(scope="module")
+def kha_problem(usps):
+    """500 USPS digits, r = 3 (eigenvalue ratios 1.83, 1.31, 1.42: every component well separated)."""
+    X, Xt = usps[0][:500], usps[1]
+    r = 3
+    exact = ExactKernelPCA(r, random_state=0).fit(X)
+    K = _centred(kernel_matrix(exact.kernel_, X))
+    mu = np.linalg.eigvalsh(K)
+    e_min = float(np.sqrt(np.sum(mu[:-r] ** 2)))
+    fits = {}
+    for gain in GAINS:
+        errors = []
+        model = KernelHebbianPCA(r, gain=gain, max_iter=20, random_state=0).fit(
+            X, callback=lambda n, A, errors=errors: errors.append(excess_reconstruction_error(K, A, min_error=e_min)))
+        fits[gain] = (model, errors)
+    return X, Xt, r, exact, K, fits
+
+
+@pytest.mark.parametrize(("gain", "tol"), [("constant", 3e-2), ("1/t", 1e-2), ("et", 5e-4), ("smd", 5e-4)])
+def test_kha_reduces_the_excess_reconstruction_error(kha_problem, gain, tol):
+    # After 20 passes (eta0 = 0.2): constant gain stalls on its noise floor (~5e-3 to 1e-2
+    # over three seeds), KHA/t is slow (2-3e-3), KHA/et and KHA-SMD reach 1.5-5e-5.
+    *_, fits = kha_problem
+    model, errors = fits[gain]
+    assert len(errors) == model.n_iter_ == 20
+    assert errors[-1] < errors[0] / 10
+    assert 0 <= errors[-1] < tol
+
+
+def test_kha_gains_rank_as_in_the_paper(kha_problem):
+    *_, fits = kha_problem
+    final = {gain: errors[-1] for gain, (_, errors) in fits.items()}
+    assert final["et"] < final["1/t"] / 10
+    assert final["smd"] < final["1/t"] / 10
+
+
+@pytest.mark.parametrize("gain", ["et", "smd"])
+def test_kha_converges_to_the_exact_components(kha_problem, gain):
+    # Observed over three seeds: sin^2 4-9e-6 on held-out digits, every |cos| > 0.9996,
+    # eigenvalues within 0.1%.
+    X, Xt, r, exact, _, fits = kha_problem
+    model, _ = fits[gain]
+    Z, E = model.transform(Xt), exact.transform(Xt)
+    assert principal_angle_sin2(Z, E) < 1e-4
+    assert np.all(_cosines(Z, E) > 0.999)  # ordered eigenvectors, not just the subspace
+    np.testing.assert_allclose(model.eigenvalues_, exact.eigenvalues_, rtol=5e-3)
+    # orthonormal eigenfunctions: A K~ A^T = I at convergence (observed within 7.4e-3)
+    A = model.coef_
+    K = _centred(kernel_matrix(exact.kernel_, X))
+    np.testing.assert_allclose(A @ K @ A.T, np.eye(r), atol=2e-2)
+
+
+def test_excess_reconstruction_error(kha_problem):
+    X, _, r, exact, K, _ = kha_problem
+    A = (exact.eigenvectors_ / np.sqrt(len(X) * exact.eigenvalues_)).T
+    assert abs(excess_reconstruction_error(K, A)) < 1e-10
+    # invariant to rotations of the components, positive away from the optimum
+    Q, _ = np.linalg.qr(np.random.default_rng(0).normal(size=(r, r)))
+    assert abs(excess_reconstruction_error(K, Q @ A)) < 1e-10
+    assert excess_reconstruction_error(K, 0.9 * A) > 1e-3
+    with pytest.raises(ValueError, match="A must have shape"):
+        excess_reconstruction_error(K, A[:, :-1])
+    with pytest.raises(ValueError, match="square"):
+        excess_reconstruction_error(K[:-1], A)
+    F = np.random.default_rng(0).normal(size=(20, 2))
+    with pytest.raises(ValueError, match="rank"):
+        excess_reconstruction_error(F @ F.T, np.ones((2, 20)))
+
+
+def test_kha_divergence_and_degenerate_data_are_reported(usps):
+    with pytest.raises(ValueError, match="diverged in pass 1.*lower eta0"):
+        KernelHebbianPCA(3, gain="constant", eta0=50.0, max_iter=2, random_state=0).fit(usps[0][:200])
+    with pytest.raises(ValueError, match="no variance under this kernel"):
+        KernelHebbianPCA(2, bandwidth=1.0).fit(np.ones((20, 3)))
+
+
+# -- scikit-learn's estimator checks ------------------------------------------------------
+
+def _estimators():
+    # Small feature budgets keep each of the ~45 checks fast; quality is tested above.
+    yield RandomFeaturePCA(n_components=2, n_features=64, block_size=32, random_state=0)
+    yield RandomFeaturePCA(n_components=2, n_features=64, block_size=32, kernel="laplacian", compute_dtype="float64",
+                           random_state=0)
+    yield NystroemPCA()
+    yield NystroemPCA(n_components=2, n_features=32, kernel="matern", random_state=0)
+    yield ExactKernelPCA()
+    yield ExactKernelPCA(n_components=2, kernel="arccos", center=False, random_state=0)
+    yield KernelHebbianPCA(n_components=2, max_iter=3, random_state=0)
+    yield KernelHebbianPCA(n_components=2, gain="smd", max_iter=3, random_state=0)
+
+
+@parametrize_with_checks(list(_estimators()))
+def test_sklearn_compatible(estimator, check):
+    check(estimator)
+
+
+# -- bad input and impossible parameters --------------------------------------------------
+
+@pytest.fixture
+def small():
+    return np.random.default_rng(0).normal(size=(60, 4))
+
+
+@pytest.mark.parametrize(
+    ("cls", "params", "exc", "match"),
+    [
+        (RandomFeaturePCA, {"n_components": 300, "n_features": 256}, ValueError,
+         "n_components=300 must be <= n_features=256"),
+        (RandomFeaturePCA, {"n_features": 0}, ValueError, "n_features must be >= 1"),
+        (RandomFeaturePCA, {"block_size": 1.5}, TypeError, "block_size must be an integer"),
+        (RandomFeaturePCA, {"compute_dtype": "float16"}, ValueError, "compute_dtype must be one of"),
+        (RandomFeaturePCA, {"center": "yes"}, ValueError, "center must be one of"),
+        (NystroemPCA, {"n_components": 40, "n_features": 30}, ValueError, "n_components=40 must be <= n_features=30"),
+        (NystroemPCA, {"kernel": "polynomial"}, ValueError, "unknown kernel 'polynomial'"),
+        (NystroemPCA, {"bandwidth": -1.0}, ValueError, "bandwidth must be a positive"),
+        (ExactKernelPCA, {"n_components": 61}, ValueError, "n_components=61 must be <= n_samples=60"),
+        (ExactKernelPCA, {"n_components": 0}, ValueError, "n_components must be >= 1"),
+        (ExactKernelPCA, {"kernel_params": {"gamma": 1}}, ValueError, "unknown kernel_params"),
+        (KernelHebbianPCA, {"gain": "adam"}, ValueError, "gain must be one of"),
+        (KernelHebbianPCA, {"eta0": 0.0}, ValueError, "eta0 must be a finite number > 0"),
+        (KernelHebbianPCA, {"meta_gain": -1.0}, ValueError, "meta_gain must be a finite number >= 0"),
+        (KernelHebbianPCA, {"meta_decay": 1.5}, ValueError, r"meta_decay must be in \[0, 1\]"),
+        (KernelHebbianPCA, {"max_iter": 0}, ValueError, "max_iter must be >= 1"),
+        (KernelHebbianPCA, {"random_state": "seed"}, TypeError, "random_state"),
+    ],
+)
+def test_impossible_parameters(small, cls, params, exc, match):
+    with pytest.raises(exc, match=match):
+        cls(**{"n_components": 2, **params}).fit(small)
+
+
+@pytest.mark.parametrize("cls", [RandomFeaturePCA, NystroemPCA, ExactKernelPCA, KernelHebbianPCA])
+def test_bad_input(small, cls):
+    est = cls(2, random_state=0)
+    bad = small.copy()
+    bad[37, 2] = np.nan
+    for data in (bad, da.from_array(bad, chunks=(20, 4))):
+        with pytest.raises(ValueError, match="NaN|infinity"):
+            est.fit(data)
+    with pytest.raises(ValueError, match="2-D"):
+        est.fit(small[:, 0])
+    with pytest.raises(TypeError, match="real numeric dtype"):
+        est.fit(da.from_array(np.full((60, 4), "a")))
+    est.fit(small)
+    with pytest.raises(ValueError, match=f"X has 3 features, but {cls.__name__} is expecting 4 features"):
+        est.transform(small[:, :3])
+    with pytest.raises(ValueError, match="NaN|infinity"):
+        est.transform(da.from_array(bad, chunks=(20, 4))).compute()
