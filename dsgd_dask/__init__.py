@@ -1,5 +1,6 @@
 """dsgd_dask: kernel methods on data larger than memory, by doubly stochastic gradients on Dask."""
 
+from dsgd_dask.baselines import ExactKernelPCA, KernelHebbianPCA, NystroemPCA, RandomFeaturePCA
 from dsgd_dask.estimators import DSGDKernelPCA
 from dsgd_dask.estimators._persistence import load
 from dsgd_dask.features import KERNELS, KernelSpec, RandomFeatures, kernel_matrix, median_bandwidth
@@ -10,8 +11,12 @@ __version__ = "0.1.0"
 __all__ = [
     "KERNELS",
     "DSGDKernelPCA",
+    "ExactKernelPCA",
     "KernelExpansion",
+    "KernelHebbianPCA",
     "KernelSpec",
+    "NystroemPCA",
+    "RandomFeaturePCA",
     "RandomFeatures",
     "__version__",
     "kernel_matrix",
