@@ -1,0 +1,417 @@
+"""Steady-state throughput of ``DSGDKernelPCA.fit`` against this machine's GEMM rate.
+
+For each batch size ``B``, feature budget ``M``, feature precision and block-cache
+setting, one fit runs on MNIST rows (784 pixels scaled to [0, 1]). The fit callback
+timestamps the end of every chunk of steps; only chunks after the feature budget is
+reached are timed (the growth phase, in which steps are cheaper, and the set-up are
+excluded). The result is samples/s and the achieved flop rate
+
+    flops per step = 2 B d M  (features: X W, then cos)  +  2 B M k  (h = z A)
+
+divided by the step time, as a fraction of the rate of a plain numpy GEMM of the
+shape a step uses, ``(B x d) @ (d x PAGE_COLUMNS)`` in the same precision, measured
+in the same run. A second model adds the measured cost of ``np.cos`` on the page
+and, without the cache, of regenerating the frequencies: the step time numpy itself
+would need, which separates the package's overhead from the limits of the kernels
+it calls.
+
+Run ``python benchmarks/bench_throughput.py`` (``--quick`` for a smoke run).
+Writes ``results/throughput.json`` and ``results/throughput.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import itertools
+import json
+import time
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+from _common import figure_path, load_average, load_mnist, machine_info, result_path, run_clean, write_json
+
+
+# --- parameters ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Params:
+    batch_sizes: tuple[int, ...] = (256, 1024)
+    n_features: tuple[int, ...] = (4096, 16384)
+    dtypes: tuple[str, ...] = ("float32", "float64")
+    caches: tuple[tuple[str, int | None], ...] = (("cached", None), ("regenerated", 0))  # (label, cache_bytes)
+    n_components: int = 10
+    block_size: int = 256
+    n_rows: int = 49_152  # MNIST training rows used (trimmed to a multiple of the batch size)
+    min_timed_steps: int = 128  # steady-state steps timed per configuration (at least two chunks)
+    ref_rounds: int = 5  # timed rounds of each reference kernel; the best round is the machine's rate
+    ref_round_seconds: float = 0.4
+    idle_cores: float = 0.25  # a measurement is clean when other processes used fewer cores on average
+    attempts: int = 3  # measurements repeated while other processes interfere (the cleanest is kept)
+    idle_timeout: float = 900.0  # longest wait for the machine to become idle before a measurement
+    seed: int = 0
+
+
+PARAMS = Params()
+QUICK = replace(PARAMS, batch_sizes=(256,), n_features=(1024, 2048), n_rows=8192, min_timed_steps=32,
+                ref_rounds=2, ref_round_seconds=0.1, attempts=1, idle_timeout=60.0)
+# ----------------------------------------------------------------------------------------
+
+
+def _best_rate(fn, work: float, rounds: int, seconds: float) -> dict:
+    """``work`` units per second of ``fn()``: best and median over timed rounds (warm-up excluded)."""
+    for _ in range(3):
+        fn()
+    rates = []
+    for _ in range(rounds):
+        n = 0
+        t0 = time.perf_counter()
+        while True:
+            fn()
+            n += 1
+            elapsed = time.perf_counter() - t0
+            if elapsed >= seconds:
+                break
+        rates.append(n * work / elapsed)
+    return {"best": max(rates), "median": float(np.median(rates)), "rounds": rates}
+
+
+def reference_rates(p: Params, batch: int, d: int, dtype: str) -> dict:
+    """Reference rates for one precision and batch size.
+
+    * GEMM (flop/s): numpy ``(B x d) @ (d x PAGE_COLUMNS)`` with ``W`` C-contiguous and with
+      ``W`` the transpose of a C-contiguous ``(PAGE_COLUMNS x d)`` array; the faster
+      layout is the machine's rate.
+    * ``np.cos`` (elements/s) on a ``(B x PAGE_COLUMNS)`` page of feature-sized arguments.
+    * Page regeneration (normals/s): the package's own generator filling one page of
+      frequencies with the cache off, as a step without cache does for every page.
+    """
+    from dsgd_dask.features import RandomFeatures
+    from dsgd_dask.features.blocks import PAGE_COLUMNS
+    from dsgd_dask.features.kernels import parse_kernel
+
+    rng = np.random.default_rng(p.seed)
+    x = rng.random((batch, d)).astype(dtype)
+    w = rng.standard_normal((d, PAGE_COLUMNS)).astype(dtype)
+    wt = np.ascontiguousarray(w.T)
+    out = np.empty((batch, PAGE_COLUMNS), dtype=dtype)
+    rounds, seconds = p.ref_rounds, p.ref_round_seconds
+    flops = 2.0 * batch * d * PAGE_COLUMNS
+    layouts = {"W": _best_rate(lambda: np.matmul(x, w, out=out), flops, rounds, seconds),
+               "WT.T": _best_rate(lambda: np.matmul(x, wt.T, out=out), flops, rounds, seconds)}
+    best = max(layouts, key=lambda key: layouts[key]["best"])
+    gemm = {**layouts[best], "layout": best, "layouts": layouts}
+    # arguments of the size the features meet: (x - c) W + b with W ~ N(0, 1/sigma^2)
+    args = (rng.standard_normal(out.shape) + rng.uniform(0, 2 * np.pi, out.shape)).astype(dtype)
+    z = np.empty_like(args)
+    cos = _best_rate(lambda: np.cos(args, out=z), float(z.size), rounds, seconds)
+    feats = RandomFeatures(parse_kernel("gaussian", 1.0), d, p.block_size, p.seed, dtype, cache_bytes=0)
+    n_blocks = feats.blocks_per_page
+    regen = _best_rate(lambda: feats.page(0, n_blocks), float(d * n_blocks * p.block_size), rounds, seconds)
+    return {"page_columns": PAGE_COLUMNS, "gemm_flops": gemm, "cos_elements": cos, "regen_normals": regen}
+
+
+def task_ends(n_rows: int, batch: int):
+    """Global step counts at which the fit callback fires (ends of the chunk tasks).
+
+    In-memory data is cut into slabs of ``BATCHES_PER_SLAB`` mini-batches per epoch; the
+    callback runs after each slab. ``n_rows`` must be a multiple of ``batch``.
+    """
+    from dsgd_dask.streams.batches import BATCHES_PER_SLAB
+
+    per_epoch = n_rows // batch
+    chunks = [BATCHES_PER_SLAB] * (per_epoch // BATCHES_PER_SLAB)
+    if per_epoch % BATCHES_PER_SLAB:
+        chunks.append(per_epoch % BATCHES_PER_SLAB)
+    step = 0
+    while True:
+        for c in chunks:
+            step += c
+            yield step
+
+
+def plan_steps(n_rows: int, batch: int, n_blocks: int, min_timed: int) -> tuple[int, int]:
+    """``(start, max_iter)``: the first callback after the growth phase and the fit length.
+
+    Steps ``0 .. n_blocks - 2`` add one block each; from step ``n_blocks - 1`` on, every
+    step evaluates all ``n_blocks`` blocks. At least two chunks are timed.
+    """
+    start = None
+    n_chunks = 0
+    for end in task_ends(n_rows, batch):
+        if start is None:
+            if end >= n_blocks - 1:
+                start = end
+            continue
+        n_chunks += 1
+        if end - start >= min_timed and n_chunks >= 2:
+            return start, end
+    raise AssertionError("unreachable")
+
+
+def fit_throughput(p: Params, x: np.ndarray, batch: int, n_features: int, dtype: str, cache_bytes) -> dict:
+    """Time the steady-state steps of one fit."""
+    from dsgd_dask import DSGDKernelPCA
+
+    n_blocks = -(-n_features // p.block_size)
+    _, max_iter = plan_steps(x.shape[0], batch, n_blocks, p.min_timed_steps)
+    marks: list[tuple[int, float]] = []
+
+    def callback(step, model):
+        marks.append((step, time.perf_counter()))
+
+    est = DSGDKernelPCA(n_components=p.n_components, n_features=n_features, block_size=p.block_size,
+                        batch_size=batch, max_iter=max_iter, compute_dtype=dtype, cache_bytes=cache_bytes,
+                        random_state=p.seed)
+    gc.collect()
+    load_before = load_average()
+    t0 = time.perf_counter()
+    est.fit(x, callback=callback)
+    total = time.perf_counter() - t0
+    steps = np.array([s for s, _ in marks])
+    times = np.array([t for _, t in marks])
+    # the first callback after the growth phase (``start`` if the plan is as predicted)
+    i0 = int(np.searchsorted(steps, n_blocks - 1))
+    if len(steps) - i0 < 3:
+        raise RuntimeError(f"too few chunks after the growth phase: callbacks at {steps.tolist()}")
+    d_steps = np.diff(steps[i0:])
+    d_times = np.diff(times[i0:])
+    n_steps = int(d_steps.sum())
+    seconds = float(d_times.sum())
+    return {
+        "max_iter": max_iter,
+        "growth_steps": n_blocks - 1,
+        "timed_from_step": int(steps[i0]),
+        "timed_steps": n_steps,
+        "timed_seconds": seconds,
+        "step_seconds": seconds / n_steps,
+        "samples_per_s": n_steps * batch / seconds,
+        "chunk_samples_per_s": (d_steps * batch / d_times).tolist(),
+        "fit_seconds": total,
+        "n_features": int(est.n_features_),
+        "load_average_before": load_before,
+        "load_average_after": load_average(),
+    }
+
+
+def step_flops(batch: int, d: int, n_features: int, k: int) -> float:
+    """Features ``2 B d M`` plus ``h`` ``2 B M k`` (the cost model of the design)."""
+    return 2.0 * batch * d * n_features + 2.0 * batch * n_features * k
+
+
+def model_step_seconds(ref: dict, flops: float, batch: int, d: int, n_features: int, regenerate: bool) -> float:
+    """Step time of the bare numpy kernels at their best measured rates: GEMM + cos (+ regeneration)."""
+    t = flops / ref["gemm_flops"]["best"] + batch * n_features / ref["cos_elements"]["best"]
+    if regenerate:
+        t += d * n_features / ref["regen_normals"]["best"]
+    return t
+
+
+COLORS = {("float32", "cached"): "#1f77b4", ("float32", "regenerated"): "#aec7e8",
+          ("float64", "cached"): "#d62728", ("float64", "regenerated"): "#ff9896"}
+
+
+def plot(p: Params, rows: list[dict], path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = sorted({(r["batch_size"], r["n_features"]) for r in rows})
+    series = [(dt, label) for dt in p.dtypes for label, _ in p.caches]
+    width = 0.8 / len(series)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5.2))
+    panels = ((axes[0], "samples_per_s", "samples / s (steady state, log scale)", "{:,.0f}"),
+              (axes[1], "gemm_fraction", "achieved flop rate / numpy GEMM rate (same precision)", "{:.2f}"))
+    for ax, key, ylabel, fmt in panels:
+        for j, (dt, cache) in enumerate(series):
+            xs, ys = [], []
+            for g, (b, m) in enumerate(groups):
+                hit = [r for r in rows
+                       if (r["batch_size"], r["n_features"], r["dtype"], r["cache"]) == (b, m, dt, cache)]
+                if hit:
+                    xs.append(g + (j - (len(series) - 1) / 2) * width)
+                    ys.append(hit[0][key])
+            bars = ax.bar(xs, ys, width, label=f"{dt}, {cache}", color=COLORS.get((dt, cache)))
+            ax.bar_label(bars, [fmt.format(y) for y in ys], fontsize=7, rotation=90, padding=2)
+        ax.set_xticks(range(len(groups)), [f"B={b}\nM={m}" for b, m in groups])
+        ax.set_ylabel(ylabel)
+        ax.grid(axis="y", alpha=0.3)
+        if key == "samples_per_s":
+            ax.set_yscale("log")
+            vals = [r[key] for r in rows]
+            ax.set_ylim(min(vals) / 3, max(vals) * 8)
+        else:
+            ax.set_ylim(0, max(1.0, max(r[key] for r in rows)) * 1.2)
+            ax.axhline(1.0, color="k", lw=0.8, ls="--")
+    axes[0].legend(fontsize=8, loc="upper right")
+    fig.suptitle(f"DSGDKernelPCA.fit steady-state throughput, d=784, k={p.n_components}, "
+                 f"block {p.block_size}; GEMM = numpy (B x 784) @ (784 x page) in the same run", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def combine_references(*measured: dict) -> dict:
+    """Per precision and batch size, the best rate of each kernel over several measurements."""
+    out = {}
+    for refs in measured:
+        for key, r in refs.items():
+            if key not in out:
+                out[key] = {"page_columns": r["page_columns"]}
+            for kernel in ("gemm_flops", "cos_elements", "regen_normals"):
+                if kernel not in out[key] or r[kernel]["best"] > out[key][kernel]["best"]:
+                    out[key][kernel] = r[kernel]
+    return out
+
+
+def derive(p: Params, res: dict, refs: dict) -> dict:
+    """A result row: the raw timing ``res`` with its flop rate, GEMM fraction and numpy model."""
+    b, dt, m, d = res["batch_size"], res["dtype"], res["n_features"], res["d"]
+    ref = refs[(dt, b)]
+    flops = step_flops(b, d, m, p.n_components)
+    achieved = flops / res["step_seconds"]
+    model = model_step_seconds(ref, flops, b, d, m, regenerate=res["cache_bytes"] == 0)
+    f32 = refs.get(("float32", b))
+    return {
+        **res,
+        "flops_per_step": flops,
+        "achieved_flops": achieved,
+        "gemm_flops": ref["gemm_flops"]["best"],
+        "gemm_fraction": achieved / ref["gemm_flops"]["best"],
+        "gemm_fraction_vs_float32": achieved / f32["gemm_flops"]["best"] if f32 else None,
+        "model_step_seconds": model,
+        "model_fraction": model / res["step_seconds"],
+    }
+
+
+def measure(p: Params, x_all: np.ndarray, b: int, m: int, dt: str, cache: str, cache_bytes, clean) -> dict:
+    """The raw timing of one configuration (cleanest attempt)."""
+    n = x_all.shape[0] // b * b
+    res, info_fit = clean(lambda: fit_throughput(p, x_all[:n], b, m, dt, cache_bytes))
+    return {"batch_size": b, "dtype": dt, "cache": cache, "cache_bytes": cache_bytes, "n_rows": n,
+            "d": x_all.shape[1], "n_components": p.n_components, **res, **info_fit}
+
+
+def measure_references(p: Params, d: int, clean, label: str) -> dict:
+    refs = {}
+    for dt, b in itertools.product(p.dtypes, p.batch_sizes):
+        r, info_ref = clean(lambda dt=dt, b=b: reference_rates(p, b, d, dt))
+        refs[(dt, b)] = r = {**r, **info_ref}
+        print(f"reference ({label}) {dt} B={b}: GEMM {r['gemm_flops']['best'] / 1e9:.1f} GF/s, "
+              f"cos {r['cos_elements']['best'] / 1e6:,.0f} M/s, regeneration {r['regen_normals']['best'] / 1e6:,.0f} "
+              f"M normals/s, foreign {r['foreign_cores']:.2f} cores", flush=True)
+    return refs
+
+
+HEADER = (f"{'B':>5} {'M':>6} {'dtype':>7} {'cache':>11} {'samples/s':>10} {'ms/step':>8} "
+          f"{'GF/s':>6} {'GEMM':>6} {'frac':>5} {'model':>6} {'foreign':>7}")
+
+
+def print_row(row: dict) -> None:
+    print(f"{row['batch_size']:>5} {row['n_features']:>6} {row['dtype']:>7} {row['cache']:>11} "
+          f"{row['samples_per_s']:>10,.0f} {row['step_seconds'] * 1e3:>8.1f} {row['achieved_flops'] / 1e9:>6.1f} "
+          f"{row['gemm_flops'] / 1e9:>6.1f} {row['gemm_fraction']:>5.2f} {row['model_fraction']:>6.2f} "
+          f"{row['foreign_cores']:>7.2f}", flush=True)
+
+
+def _ref_list(refs: dict) -> list[dict]:
+    return [{"dtype": dt, "batch_size": b, **r} for (dt, b), r in refs.items()]
+
+
+def _ref_dict(items: list[dict]) -> dict:
+    return {(r["dtype"], r["batch_size"]): r for r in items}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small smoke run")
+    parser.add_argument("--data", choices=("mnist", "random"), default="mnist",
+                        help="MNIST rows in [0, 1] (default), or uniform random rows of the same shape")
+    parser.add_argument("--no-wait", action="store_true",
+                        help="measure at once, without waiting for other processes to go quiet")
+    parser.add_argument("--rerun-dirty", action="store_true",
+                        help="re-measure the rows of an existing result file that other processes disturbed "
+                             "(foreign load above idle_cores), keeping the cleaner measurement")
+    args = parser.parse_args(argv)
+    p = QUICK if args.quick else PARAMS
+    name = "throughput_quick" if args.quick else "throughput"
+
+    def clean(fn):
+        return run_clean(fn, p.idle_cores, p.attempts, wait=not args.no_wait, timeout=p.idle_timeout)
+
+    previous = None
+    if args.rerun_dirty:
+        previous = json.loads(result_path(name).read_text())
+        args.data = previous["parameters"]["data"]
+    if args.data == "mnist":
+        x_all = load_mnist()[0][: p.n_rows].astype(np.float32)
+    else:
+        x_all = np.random.default_rng(p.seed).random((p.n_rows, 784), dtype=np.float32)
+    d = x_all.shape[1]
+    info = machine_info()
+    print(f"{info['cpu_count']} CPUs, load average {info['load_average']}, data {args.data} {x_all.shape}")
+
+    # warm-up (imports, thread pools, first-touch allocations): not timed
+    from dsgd_dask import DSGDKernelPCA
+
+    for dt in p.dtypes:
+        DSGDKernelPCA(n_components=p.n_components, n_features=512, max_iter=8, compute_dtype=dt,
+                      random_state=p.seed).fit(x_all[:2048])
+
+    if previous is None:
+        refs_start = measure_references(p, d, clean, "start")
+        print(HEADER)
+        raw = []
+        for b, m, dt, (cache, cache_bytes) in itertools.product(p.batch_sizes, p.n_features, p.dtypes, p.caches):
+            raw.append(measure(p, x_all, b, m, dt, cache, cache_bytes, clean))
+            print_row(derive(p, raw[-1], refs_start))
+        # the machine's rates again at the end: a drift means other load interfered
+        refs_end = measure_references(p, d, clean, "end")
+        payload = {"machine": info, "parameters": {"quick": args.quick, "data": args.data, **asdict(p)},
+                   "reference_start": _ref_list(refs_start), "reference_end": _ref_list(refs_end)}
+        measured = [refs_start, refs_end]
+    else:
+        payload = previous
+        measured = [_ref_dict(previous["reference_start"]), _ref_dict(previous["reference_end"])]
+        measured += [_ref_dict(r) for r in previous.get("reference_reruns", [])]
+        refs_now = measure_references(p, d, clean, "rerun")
+        payload.setdefault("reference_reruns", []).append(_ref_list(refs_now))
+        measured.append(refs_now)
+        raw = previous["results"]
+        print(HEADER)
+        for i, row in enumerate(raw):
+            if row["foreign_cores"] < p.idle_cores:
+                continue
+            new = measure(p, x_all, row["batch_size"], row["n_features"], row["dtype"], row["cache"],
+                          row["cache_bytes"], clean)
+            new["reruns"] = row.get("reruns", 0) + 1
+            if new["foreign_cores"] < row["foreign_cores"]:
+                raw[i] = new
+            print_row(derive(p, raw[i], combine_references(*measured)))
+        payload["machine_rerun"] = info
+
+    refs = combine_references(*measured)
+    rows = [derive(p, r, refs) for r in raw]
+    print("\nwith the best reference rates of the run:")
+    print(HEADER)
+    for row in rows:
+        print_row(row)
+    payload.update({
+        "benchmark": "throughput",
+        "description": "steady-state samples/s of DSGDKernelPCA.fit; achieved flop rate / numpy GEMM rate",
+        "flops_definition": "2*B*d*M + 2*B*M*k per step; GEMM rate = best round of numpy "
+                            "(B x d) @ (d x PAGE_COLUMNS) in the same precision, over all reference measurements",
+        "model_definition": "model_step_seconds = flops / GEMM rate + B*M / cos rate (+ d*M / regeneration "
+                            "rate without cache); model_fraction = model_step_seconds / measured step time",
+        "reference_best": _ref_list(refs),
+        "results": rows,
+        "load_average_end": load_average(),
+    })
+    print("wrote", write_json(name, payload))
+    path = figure_path(name)
+    plot(p, rows, path)
+    print("wrote", path)
+
+
+if __name__ == "__main__":
+    main()
