@@ -156,10 +156,12 @@ class RandomFeatures:
         # Identical feature sets in one process (e.g. models unpickled into many tasks on a
         # worker) share one page cache.
         self._cache = _shared_cache(self._cache_key())
+        self._local = threading.local()
 
     def __getstate__(self):
         state = self.__dict__.copy()
         state.pop("_cache", None)
+        state.pop("_local", None)
         return state
 
     def __setstate__(self, state):
@@ -189,20 +191,29 @@ class RandomFeatures:
             entry = cache.pages.get(p)
             if entry is not None and entry[2] >= nb:
                 return entry[0][: nb * m].T, entry[1][: nb * m]
-            cacheable = entry is not None or cache.nbytes + self.page_bytes <= self.cache_bytes
-            if entry is None:
-                rows = self.blocks_per_page * m if cacheable else nb * m
-                wt = np.empty((rows, self.n_features_in), dtype=self.dtype)
-                b = np.empty(rows, dtype=self.dtype)
-                filled = 0
-            else:
-                wt, b, filled = entry
-            self._fill(first, filled, nb, wt, b)
-            if cacheable:
+            if entry is not None or cache.nbytes + self.page_bytes <= self.cache_bytes:
                 if entry is None:
+                    rows = self.blocks_per_page * m
+                    entry = (np.empty((rows, self.n_features_in), dtype=self.dtype),
+                             np.empty(rows, dtype=self.dtype), 0)
                     cache.nbytes += self.page_bytes
+                wt, b, filled = entry
+                self._fill(first, filled, nb, wt, b)
                 cache.pages[p] = (wt, b, nb)
-            return wt[: nb * m].T, b[: nb * m]
+                return wt[: nb * m].T, b[: nb * m]
+        # beyond the budget: regenerate into this thread's scratch page, valid until its next use
+        wt, b = self._scratch(nb * m)
+        self._fill(first, 0, nb, wt, b)
+        return wt.T, b
+
+    def _scratch(self, rows: int):
+        local = self._local
+        buf = getattr(local, "page", None)
+        if buf is None or buf[0].shape[0] < rows:
+            buf = local.page = (np.empty((self.blocks_per_page * self.block_size, self.n_features_in),
+                                         dtype=self.dtype), np.empty(self.blocks_per_page * self.block_size,
+                                                                     dtype=self.dtype))
+        return buf[0][:rows], buf[1][:rows]
 
     def _fill(self, first: int, lo: int, hi: int, wt: np.ndarray, b: np.ndarray) -> None:
         """Generate blocks ``first + lo .. first + hi - 1`` into their rows of ``wt``, ``b``."""
@@ -217,7 +228,11 @@ class RandomFeatures:
             one(lo)
 
     def pages(self, start_block: int, stop_block: int):
-        """Yield ``(block0, block1, W, b)`` over the pages covering ``[start_block, stop_block)``."""
+        """Yield ``(block0, block1, W, b)`` over the pages covering ``[start_block, stop_block)``.
+
+        A page beyond the cache budget lives in a per-thread scratch buffer: use it before
+        asking for the next one.
+        """
         bpp = self.blocks_per_page
         m = self.block_size
         for p in range(start_block // bpp, (stop_block - 1) // bpp + 1 if stop_block > start_block else 0):
