@@ -224,15 +224,21 @@ def plot(p: Params, rows: list[dict], path) -> None:
               (axes[1], "gemm_fraction", "achieved flop rate / numpy GEMM rate (same precision)", "{:.2f}"))
     for ax, key, ylabel, fmt in panels:
         for j, (dt, cache) in enumerate(series):
-            xs, ys = [], []
+            xs, hits = [], []
             for g, (b, m) in enumerate(groups):
                 hit = [r for r in rows
                        if (r["batch_size"], r["n_features"], r["dtype"], r["cache"]) == (b, m, dt, cache)]
                 if hit:
                     xs.append(g + (j - (len(series) - 1) / 2) * width)
-                    ys.append(hit[0][key])
+                    hits.append(hit[0])
+            ys = [r[key] for r in hits]
             bars = ax.bar(xs, ys, width, label=f"{dt}, {cache}", color=COLORS.get((dt, cache)))
             ax.bar_label(bars, [fmt.format(y) for y in ys], fontsize=7, rotation=90, padding=2)
+            if key == "gemm_fraction":
+                # what the step would reach if it cost exactly its numpy kernels
+                bound = [r["gemm_fraction"] / r["model_fraction"] for r in hits]
+                ax.hlines(bound, np.subtract(xs, width / 2), np.add(xs, width / 2), color="k", lw=2,
+                          label="numpy kernels only (GEMM + cos [+ regeneration])" if j == 0 else None)
         ax.set_xticks(range(len(groups)), [f"B={b}\nM={m}" for b, m in groups])
         ax.set_ylabel(ylabel)
         ax.grid(axis="y", alpha=0.3)
@@ -241,9 +247,10 @@ def plot(p: Params, rows: list[dict], path) -> None:
             vals = [r[key] for r in rows]
             ax.set_ylim(min(vals) / 3, max(vals) * 8)
         else:
-            ax.set_ylim(0, max(1.0, max(r[key] for r in rows)) * 1.2)
+            ax.set_ylim(0, max(1.0, max(r[key] / r["model_fraction"] for r in rows)) * 1.3)
             ax.axhline(1.0, color="k", lw=0.8, ls="--")
     axes[0].legend(fontsize=8, loc="upper right")
+    axes[1].legend(fontsize=8, loc="upper left")
     fig.suptitle(f"DSGDKernelPCA.fit steady-state throughput, d=784, k={p.n_components}, "
                  f"block {p.block_size}; GEMM = numpy (B x 784) @ (784 x page) in the same run", fontsize=10)
     fig.tight_layout()
@@ -332,9 +339,14 @@ def main(argv=None) -> None:
     parser.add_argument("--rerun-dirty", action="store_true",
                         help="re-measure the rows of an existing result file that other processes disturbed "
                              "(foreign load above idle_cores), keeping the cleaner measurement")
+    parser.add_argument("--replot", action="store_true", help="only redraw the figure from the result file")
     args = parser.parse_args(argv)
     p = QUICK if args.quick else PARAMS
     name = "throughput_quick" if args.quick else "throughput"
+    if args.replot:
+        plot(p, json.loads(result_path(name).read_text())["results"], figure_path(name))
+        print("wrote", figure_path(name))
+        return
 
     def clean(fn):
         return run_clean(fn, p.idle_cores, p.attempts, wait=not args.no_wait, timeout=p.idle_timeout)
