@@ -11,12 +11,10 @@ does not change.
 
 from __future__ import annotations
 
-import warnings
 from collections import deque
-from dataclasses import replace
 
 from dsgd_dask.engine.parallel import apply_sums, part_sums
-from dsgd_dask.engine.steps import DivergenceError, KPCAState, check_slab, run_chunk, target_block
+from dsgd_dask.engine.steps import KPCAState, check_slab, run_chunk, run_with_restarts, target_block
 from dsgd_dask.rules.statistics import StepSums
 from dsgd_dask.streams.batches import PartitionedTask
 
@@ -54,22 +52,15 @@ def run_plan_distributed(client, state: KPCAState, view, tasks, features, cfg, p
     while queue:
         task, chunk = queue.popleft()
         refill()
-        for _ in range(max_restarts):
-            try:
-                if isinstance(task, PartitionedTask):
-                    new_state = _run_partitioned_remote(client, state, chunk, task, features, cfg)
-                else:
-                    future = client.submit(run_chunk, state, chunk[0], task, features, cfg, pure=False,
-                                           key=f"dsgd-step-{task.first_step}-{id(state)}")
-                    new_state = future.result()
-                break
-            except DivergenceError as err:
-                state = replace(state, eta_scale=state.eta_scale / 2)
-                warnings.warn(f"{err}; retrying from step {task.first_step} with half the step size",
-                              RuntimeWarning, stacklevel=2)
-        else:
-            raise RuntimeError(f"the updates kept diverging after {max_restarts} step-size halvings; "
-                               "check the data scale and lower eta0")
+
+        def run(st, task=task, chunk=chunk):
+            if isinstance(task, PartitionedTask):
+                return _run_partitioned_remote(client, st, chunk, task, features, cfg)
+            future = client.submit(run_chunk, st, chunk[0], task, features, cfg, pure=False,
+                                   key=f"dsgd-step-{task.first_step}-{id(st)}")
+            return future.result()
+
+        new_state = run_with_restarts(run, state, task.first_step, max_restarts)
         del chunk
         state = new_state
         if progress is not None:

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import sys
 import time
-import warnings
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 
 from dsgd_dask.engine.distributed import active_client, run_plan_distributed
 from dsgd_dask.engine.parallel import run_partitioned
-from dsgd_dask.engine.steps import DivergenceError, KPCAState, run_chunk
+from dsgd_dask.engine.steps import KPCAState, run_chunk, run_with_restarts
 from dsgd_dask.streams.batches import PartitionedTask, load_slab
 
 #: Halvings of the step size tried before a diverging fit gives up.
@@ -73,19 +71,8 @@ def run_plan(state: KPCAState, view, tasks, features, cfg, progress: Progress | 
             slab = pending.result()
             nxt = next(tasks, None)
             pending = pool.submit(load_slab, view, nxt) if nxt is not None else None
-            for _ in range(MAX_RESTARTS):
-                try:
-                    new_state = run_task(state, slab, task, features, cfg)
-                    break
-                except DivergenceError as err:
-                    state = replace(state, eta_scale=state.eta_scale / 2)
-                    warnings.warn(f"{err}; retrying from step {task.first_step} with half the step size",
-                                  RuntimeWarning, stacklevel=2)
-            else:
-                raise RuntimeError(
-                    f"the updates kept diverging after {MAX_RESTARTS} step-size halvings; "
-                    "check the data scale and lower eta0"
-                )
+            new_state = run_with_restarts(lambda st, s=slab, t=task: run_task(st, s, t, features, cfg), state,
+                                          task.first_step, MAX_RESTARTS)
             state = new_state
             if progress is not None:
                 progress.update(task.n_steps)

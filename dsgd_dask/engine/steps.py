@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -39,6 +40,19 @@ class KPCAState:
 
     def copy(self) -> KPCAState:
         return replace(self, coef=self.coef.copy())
+
+
+def run_with_restarts(run, state: KPCAState, first_step: int, max_restarts: int) -> KPCAState:
+    """``run(state)``, re-run from ``state`` with half the step size while it diverges (with a warning)."""
+    for _ in range(max_restarts):
+        try:
+            return run(state)
+        except DivergenceError as err:
+            state = replace(state, eta_scale=state.eta_scale / 2)
+            warnings.warn(f"{err}; retrying from step {first_step} with half the step size",
+                          RuntimeWarning, stacklevel=3)
+    raise RuntimeError(f"the updates kept diverging after {max_restarts} step-size halvings; "
+                       "check the data scale and lower eta0")
 
 
 def target_block(n_active: int, n_blocks: int, t: int) -> tuple[bool, int]:
