@@ -42,7 +42,8 @@ class Params:
     n_components: int = 10
     block_size: int = 256
     n_rows: int = 49_152  # MNIST training rows used (trimmed to a multiple of the batch size)
-    min_timed_steps: int = 128  # steady-state steps timed per configuration (at least two chunks)
+    min_timed_steps: int = 128  # steady-state steps timed per fit (at least two chunks)
+    repeats: int = 3  # fits per configuration (the median is reported)
     ref_rounds: int = 5  # timed rounds of each reference kernel; the best round is the machine's rate
     ref_round_seconds: float = 0.4
     idle_cores: float = 0.25  # a measurement is clean when other processes used fewer cores on average
@@ -53,7 +54,7 @@ class Params:
 
 PARAMS = Params()
 QUICK = replace(PARAMS, batch_sizes=(256,), n_features=(1024, 2048), n_rows=8192, min_timed_steps=32,
-                ref_rounds=2, ref_round_seconds=0.1, attempts=1, idle_timeout=60.0)
+                ref_rounds=2, ref_round_seconds=0.1, repeats=2, attempts=1, idle_timeout=60.0)
 # ----------------------------------------------------------------------------------------
 
 
@@ -199,10 +200,10 @@ def step_flops(batch: int, d: int, n_features: int, k: int) -> float:
 
 
 def model_step_seconds(ref: dict, flops: float, batch: int, d: int, n_features: int, regenerate: bool) -> float:
-    """Step time of the bare numpy kernels at their best measured rates: GEMM + cos (+ regeneration)."""
-    t = flops / ref["gemm_flops"]["best"] + batch * n_features / ref["cos_elements"]["best"]
+    """Step time of the bare numpy kernels at the rates ``ref``: GEMM + cos (+ regeneration)."""
+    t = flops / ref["gemm_flops"] + batch * n_features / ref["cos_elements"]
     if regenerate:
-        t += d * n_features / ref["regen_normals"]["best"]
+        t += d * n_features / ref["regen_normals"]
     return t
 
 
@@ -234,6 +235,10 @@ def plot(p: Params, rows: list[dict], path) -> None:
             ys = [r[key] for r in hits]
             bars = ax.bar(xs, ys, width, label=f"{dt}, {cache}", color=COLORS.get((dt, cache)))
             ax.bar_label(bars, [fmt.format(y) for y in ys], fontsize=7, rotation=90, padding=2)
+            if key == "samples_per_s" and all("samples_per_s_min" in r for r in hits):
+                # spread over the repeated fits
+                err = [[r[key] - r["samples_per_s_min"] for r in hits], [r["samples_per_s_max"] - r[key] for r in hits]]
+                ax.errorbar(xs, ys, yerr=err, fmt="none", ecolor="k", elinewidth=0.8, capsize=2)
             if key == "gemm_fraction":
                 # what the step would reach if it cost exactly its numpy kernels
                 bound = [r["gemm_fraction"] / r["model_fraction"] for r in hits]
@@ -251,74 +256,101 @@ def plot(p: Params, rows: list[dict], path) -> None:
             ax.axhline(1.0, color="k", lw=0.8, ls="--")
     axes[0].legend(fontsize=8, loc="upper right")
     axes[1].legend(fontsize=8, loc="upper left")
-    fig.suptitle(f"DSGDKernelPCA.fit steady-state throughput, d=784, k={p.n_components}, "
-                 f"block {p.block_size}; GEMM = numpy (B x 784) @ (784 x page) in the same run", fontsize=10)
+    fig.suptitle(f"DSGDKernelPCA.fit steady-state throughput, d=784, k={p.n_components}, block {p.block_size}; "
+                 f"median of {p.repeats} fits (whiskers: min-max); GEMM = numpy (B x 784) @ (784 x page), "
+                 "median rate of the run", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
-def combine_references(*measured: dict) -> dict:
-    """Per precision and batch size, the best rate of each kernel over several measurements."""
-    out = {}
-    for refs in measured:
-        for key, r in refs.items():
-            if key not in out:
-                out[key] = {"page_columns": r["page_columns"]}
-            for kernel in ("gemm_flops", "cos_elements", "regen_normals"):
-                if kernel not in out[key] or r[kernel]["best"] > out[key][kernel]["best"]:
-                    out[key][kernel] = r[kernel]
-    return out
+KERNELS = ("gemm_flops", "cos_elements", "regen_normals")
 
 
-def derive(p: Params, res: dict, refs: dict) -> dict:
-    """A result row: the raw timing ``res`` with its flop rate, GEMM fraction and numpy model."""
-    b, dt, m, d = res["batch_size"], res["dtype"], res["n_features"], res["d"]
-    ref = refs[(dt, b)]
+def combine_references(sessions: list[dict], how: str) -> dict:
+    """Per precision and batch size, one rate per kernel over the run's reference sessions.
+
+    Each session holds the best round of each kernel; ``how="median"`` takes the median
+    over sessions (the machine's typical rate during the run), ``"max"`` the highest
+    (its best moment).
+    """
+    agg = np.median if how == "median" else np.max
+    keys = dict.fromkeys(key for refs in sessions for key in refs)
+    return {key: {kernel: float(agg([refs[key][kernel]["best"] for refs in sessions if key in refs]))
+                  for kernel in KERNELS} for key in keys}
+
+
+def derive(p: Params, runs: list[dict], typical: dict, peak: dict) -> dict:
+    """One result row from the repeated measurements ``runs`` of a configuration."""
+    first = runs[0]
+    b, dt, m, d = first["batch_size"], first["dtype"], first["n_features"], first["d"]
+    step = np.array([r["step_seconds"] for r in runs])
+    t = float(np.median(step))
     flops = step_flops(b, d, m, p.n_components)
-    achieved = flops / res["step_seconds"]
-    model = model_step_seconds(ref, flops, b, d, m, regenerate=res["cache_bytes"] == 0)
-    f32 = refs.get(("float32", b))
+    achieved = flops / t
+    gemm = typical[(dt, b)]["gemm_flops"]
+    model = model_step_seconds(typical[(dt, b)], flops, b, d, m, regenerate=first["cache_bytes"] == 0)
+    f32 = typical.get(("float32", b))
+    keep = ("batch_size", "n_features", "dtype", "cache", "cache_bytes", "n_rows", "d", "n_components",
+            "max_iter", "growth_steps", "timed_from_step")
     return {
-        **res,
+        **{k: first[k] for k in keep},
+        "n_repeats": len(runs),
+        "timed_steps": [r["timed_steps"] for r in runs],
+        "step_seconds": t,
+        "step_seconds_all": step.tolist(),
+        "samples_per_s": b / t,
+        "samples_per_s_min": b / float(step.max()),
+        "samples_per_s_max": b / float(step.min()),
+        "foreign_cores": max(r["foreign_cores"] for r in runs),
         "flops_per_step": flops,
         "achieved_flops": achieved,
-        "gemm_flops": ref["gemm_flops"]["best"],
-        "gemm_fraction": achieved / ref["gemm_flops"]["best"],
-        "gemm_fraction_vs_float32": achieved / f32["gemm_flops"]["best"] if f32 else None,
+        "gemm_flops": gemm,
+        "gemm_fraction": achieved / gemm,
+        "gemm_fraction_vs_peak": achieved / peak[(dt, b)]["gemm_flops"],
+        "gemm_fraction_vs_float32": achieved / f32["gemm_flops"] if f32 else None,
         "model_step_seconds": model,
-        "model_fraction": model / res["step_seconds"],
+        "model_fraction": model / t,
     }
 
 
-def measure(p: Params, x_all: np.ndarray, b: int, m: int, dt: str, cache: str, cache_bytes, clean) -> dict:
-    """The raw timing of one configuration (cleanest attempt)."""
+def measure(p: Params, x_all: np.ndarray, config: tuple, repeat: int, clean) -> dict:
+    """The raw timing of one fit of a configuration (cleanest attempt)."""
+    b, m, dt, (cache, cache_bytes) = config
     n = x_all.shape[0] // b * b
     res, info_fit = clean(lambda: fit_throughput(p, x_all[:n], b, m, dt, cache_bytes))
     return {"batch_size": b, "dtype": dt, "cache": cache, "cache_bytes": cache_bytes, "n_rows": n,
-            "d": x_all.shape[1], "n_components": p.n_components, **res, **info_fit}
+            "d": x_all.shape[1], "n_components": p.n_components, "repeat": repeat, **res, **info_fit}
 
 
 def measure_references(p: Params, d: int, clean, label: str) -> dict:
     refs = {}
     for dt, b in itertools.product(p.dtypes, p.batch_sizes):
         r, info_ref = clean(lambda dt=dt, b=b: reference_rates(p, b, d, dt))
-        refs[(dt, b)] = r = {**r, **info_ref}
+        refs[(dt, b)] = r = {**r, **info_ref, "session": label}
         print(f"reference ({label}) {dt} B={b}: GEMM {r['gemm_flops']['best'] / 1e9:.1f} GF/s, "
               f"cos {r['cos_elements']['best'] / 1e6:,.0f} M/s, regeneration {r['regen_normals']['best'] / 1e6:,.0f} "
               f"M normals/s, foreign {r['foreign_cores']:.2f} cores", flush=True)
     return refs
 
 
-HEADER = (f"{'B':>5} {'M':>6} {'dtype':>7} {'cache':>11} {'samples/s':>10} {'ms/step':>8} "
-          f"{'GF/s':>6} {'GEMM':>6} {'frac':>5} {'model':>6} {'foreign':>7}")
+def print_measurement(r: dict) -> None:
+    print(f"  repeat {r['repeat']}: B={r['batch_size']} M={r['n_features']} {r['dtype']} {r['cache']}: "
+          f"{r['samples_per_s']:,.0f} samples/s, {r['step_seconds'] * 1e3:.1f} ms/step, "
+          f"foreign {r['foreign_cores']:.2f} cores", flush=True)
+
+
+HEADER = (f"{'B':>5} {'M':>6} {'dtype':>7} {'cache':>11} {'samples/s':>10} {'[min, max]':>17} {'ms/step':>8} "
+          f"{'GF/s':>6} {'GEMM':>6} {'frac':>5} {'peak':>5} {'model':>6} {'foreign':>7}")
 
 
 def print_row(row: dict) -> None:
+    spread = f"[{row['samples_per_s_min']:,.0f}, {row['samples_per_s_max']:,.0f}]"
     print(f"{row['batch_size']:>5} {row['n_features']:>6} {row['dtype']:>7} {row['cache']:>11} "
-          f"{row['samples_per_s']:>10,.0f} {row['step_seconds'] * 1e3:>8.1f} {row['achieved_flops'] / 1e9:>6.1f} "
-          f"{row['gemm_flops'] / 1e9:>6.1f} {row['gemm_fraction']:>5.2f} {row['model_fraction']:>6.2f} "
-          f"{row['foreign_cores']:>7.2f}", flush=True)
+          f"{row['samples_per_s']:>10,.0f} {spread:>17} {row['step_seconds'] * 1e3:>8.1f} "
+          f"{row['achieved_flops'] / 1e9:>6.1f} {row['gemm_flops'] / 1e9:>6.1f} {row['gemm_fraction']:>5.2f} "
+          f"{row['gemm_fraction_vs_peak']:>5.2f} {row['model_fraction']:>6.2f} {row['foreign_cores']:>7.2f}",
+          flush=True)
 
 
 def _ref_list(refs: dict) -> list[dict]:
@@ -329,6 +361,10 @@ def _ref_dict(items: list[dict]) -> dict:
     return {(r["dtype"], r["batch_size"]): r for r in items}
 
 
+def _config_of(r: dict) -> tuple:
+    return r["batch_size"], r["n_features"], r["dtype"], (r["cache"], r["cache_bytes"])
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small smoke run")
@@ -337,7 +373,7 @@ def main(argv=None) -> None:
     parser.add_argument("--no-wait", action="store_true",
                         help="measure at once, without waiting for other processes to go quiet")
     parser.add_argument("--rerun-dirty", action="store_true",
-                        help="re-measure the rows of an existing result file that other processes disturbed "
+                        help="re-measure the fits of an existing result file that other processes disturbed "
                              "(foreign load above idle_cores), keeping the cleaner measurement")
     parser.add_argument("--replot", action="store_true", help="only redraw the figure from the result file")
     args = parser.parse_args(argv)
@@ -351,9 +387,8 @@ def main(argv=None) -> None:
     def clean(fn):
         return run_clean(fn, p.idle_cores, p.attempts, wait=not args.no_wait, timeout=p.idle_timeout)
 
-    previous = None
-    if args.rerun_dirty:
-        previous = json.loads(result_path(name).read_text())
+    previous = json.loads(result_path(name).read_text()) if args.rerun_dirty else None
+    if previous is not None:
         args.data = previous["parameters"]["data"]
     if args.data == "mnist":
         x_all = load_mnist()[0][: p.n_rows].astype(np.float32)
@@ -370,52 +405,53 @@ def main(argv=None) -> None:
         DSGDKernelPCA(n_components=p.n_components, n_features=512, max_iter=8, compute_dtype=dt,
                       random_state=p.seed).fit(x_all[:2048])
 
+    configs = list(itertools.product(p.batch_sizes, p.n_features, p.dtypes, p.caches))
     if previous is None:
-        refs_start = measure_references(p, d, clean, "start")
-        print(HEADER)
-        raw = []
-        for b, m, dt, (cache, cache_bytes) in itertools.product(p.batch_sizes, p.n_features, p.dtypes, p.caches):
-            raw.append(measure(p, x_all, b, m, dt, cache, cache_bytes, clean))
-            print_row(derive(p, raw[-1], refs_start))
-        # the machine's rates again at the end: a drift means other load interfered
-        refs_end = measure_references(p, d, clean, "end")
         payload = {"machine": info, "parameters": {"quick": args.quick, "data": args.data, **asdict(p)},
-                   "reference_start": _ref_list(refs_start), "reference_end": _ref_list(refs_end)}
-        measured = [refs_start, refs_end]
+                   "reference_sessions": []}
+        sessions = [measure_references(p, d, clean, "start")]
+        measurements = []
+        # repeats outermost: a slow drift of the machine's speed touches every configuration alike
+        for rep in range(p.repeats):
+            for config in configs:
+                measurements.append(measure(p, x_all, config, rep, clean))
+                print_measurement(measurements[-1])
+            sessions.append(measure_references(p, d, clean, f"after repeat {rep}"))
     else:
         payload = previous
-        measured = [_ref_dict(previous["reference_start"]), _ref_dict(previous["reference_end"])]
-        measured += [_ref_dict(r) for r in previous.get("reference_reruns", [])]
-        refs_now = measure_references(p, d, clean, "rerun")
-        payload.setdefault("reference_reruns", []).append(_ref_list(refs_now))
-        measured.append(refs_now)
-        raw = previous["results"]
-        print(HEADER)
-        for i, row in enumerate(raw):
-            if row["foreign_cores"] < p.idle_cores:
-                continue
-            new = measure(p, x_all, row["batch_size"], row["n_features"], row["dtype"], row["cache"],
-                          row["cache_bytes"], clean)
-            new["reruns"] = row.get("reruns", 0) + 1
-            if new["foreign_cores"] < row["foreign_cores"]:
-                raw[i] = new
-            print_row(derive(p, raw[i], combine_references(*measured)))
         payload["machine_rerun"] = info
+        sessions = [_ref_dict(s) for s in previous["reference_sessions"]]
+        measurements = previous["measurements"]
+        for i, r in enumerate(measurements):
+            if r["foreign_cores"] >= p.idle_cores:
+                new = measure(p, x_all, _config_of(r), r["repeat"], clean)
+                new["reruns"] = r.get("reruns", 0) + 1
+                print_measurement(new)
+                if new["foreign_cores"] < r["foreign_cores"]:
+                    measurements[i] = new
+        sessions.append(measure_references(p, d, clean, "rerun"))
 
-    refs = combine_references(*measured)
-    rows = [derive(p, r, refs) for r in raw]
-    print("\nwith the best reference rates of the run:")
+    typical = combine_references(sessions, "median")
+    peak = combine_references(sessions, "max")
+    rows = [derive(p, [r for r in measurements if _config_of(r) == config], typical, peak)
+            for config in configs if any(_config_of(r) == config for r in measurements)]
+    print(f"\nmedian of {p.repeats} fits per configuration; GEMM = median reference rate of the run, "
+          "peak = fraction of the highest one")
     print(HEADER)
     for row in rows:
         print_row(row)
     payload.update({
         "benchmark": "throughput",
         "description": "steady-state samples/s of DSGDKernelPCA.fit; achieved flop rate / numpy GEMM rate",
-        "flops_definition": "2*B*d*M + 2*B*M*k per step; GEMM rate = best round of numpy "
-                            "(B x d) @ (d x PAGE_COLUMNS) in the same precision, over all reference measurements",
+        "flops_definition": "2*B*d*M + 2*B*M*k per step; GEMM rate = numpy (B x d) @ (d x PAGE_COLUMNS) in the same "
+                            "precision, best of its rounds per session, median over the run's sessions "
+                            "(gemm_fraction_vs_peak: highest session)",
         "model_definition": "model_step_seconds = flops / GEMM rate + B*M / cos rate (+ d*M / regeneration "
                             "rate without cache); model_fraction = model_step_seconds / measured step time",
-        "reference_best": _ref_list(refs),
+        "reference_sessions": [_ref_list(s) for s in sessions],
+        "reference_typical": _ref_list(typical),
+        "reference_peak": _ref_list(peak),
+        "measurements": measurements,
         "results": rows,
         "load_average_end": load_average(),
     })

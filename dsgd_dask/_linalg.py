@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-from threadpoolctl import threadpool_limits
+
+from dsgd_dask._threads import one_blas_thread
 
 
 def small_eigh(a: np.ndarray):
@@ -12,5 +13,5 @@ def small_eigh(a: np.ndarray):
     Multithreaded LAPACK on matrices of a few hundred rows is slower than one thread,
     and catastrophically so (100x) when the other cores are busy with dask tasks.
     """
-    with threadpool_limits(limits=1, user_api="blas"):
+    with one_blas_thread():
         return np.linalg.eigh(a)

@@ -37,7 +37,6 @@ import numpy as np
 from dask.diagnostics import ProgressBar
 from matplotlib.figure import Figure
 from numpy.polynomial import hermite, hermite_e
-from threadpoolctl import threadpool_limits
 
 from dsgd_dask import DSGDKernelPCA
 from dsgd_dask.metrics import principal_angle_sin2
@@ -307,11 +306,8 @@ def run(out, size: str = "default", *, n_samples: int | None = None, n_features:
     if verbose:
         print(f"fitting: {cfg['n_steps']:,} steps of {cfg['batch_size']} rows and {cfg['block_size']} "
               f"new features, feature budget {cfg['n_features']:,}")
-    # One BLAS thread: with one input dimension the per-step products are far too small to
-    # gain from BLAS threads, which only compete with the chunk prefetching; on two cores
-    # they made this fit about twice as slow, with identical results.
     t0 = time.perf_counter()
-    with dask.config.set(scheduler="threads"), threadpool_limits(1, "blas"):
+    with dask.config.set(scheduler="threads"):
         kpca.fit(X, callback=monitor)
     fit_seconds = time.perf_counter() - t0
 

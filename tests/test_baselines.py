@@ -76,15 +76,17 @@ def test_nystroem_subspace_matches_exact(mnist_exact):
 
 
 def test_random_feature_subspace_matches_exact(mnist_exact):
-    # A Monte Carlo estimate: with M = 2048 features the eigenvalues are off by ~5% (at
-    # most 10% over eight seeds), so lambda_3 and lambda_4 (13% apart) can nearly swap;
-    # sin^2 over eight seeds had median 0.05, maximum 0.25 (0.12-0.9 at M = 1024). A wrong
-    # centring or scaling gives sin^2 near 1.
+    # A Monte Carlo estimate: with M = 2048 features the eigenvalues are off by ~5%, so
+    # lambda_3 and lambda_4 (13% apart) can nearly swap and one seed's sin^2 ranges over
+    # 0.02-0.25 (over 48 seeds: median 0.05, 15% of the seeds above 0.15). The median of
+    # seven seeds exceeds 0.15 with probability ~1%; a wrong centring or scaling gives
+    # sin^2 near 1.
     X, Xt, k, exact, E = mnist_exact
-    rpca = RandomFeaturePCA(k, n_features=2048, random_state=0).fit(X)
-    assert rpca.n_features_ == 2048
-    assert principal_angle_sin2(rpca.transform(Xt), E) < 0.15
-    np.testing.assert_allclose(rpca.eigenvalues_, exact.eigenvalues_[:k], rtol=0.10)
+    fits = [RandomFeaturePCA(k, n_features=2048, random_state=seed).fit(X) for seed in range(7)]
+    assert all(f.n_features_ == 2048 for f in fits)
+    assert np.median([principal_angle_sin2(f.transform(Xt), E) for f in fits]) < 0.15
+    np.testing.assert_allclose(np.median([f.eigenvalues_ for f in fits], axis=0), exact.eigenvalues_[:k],
+                               rtol=0.10)
 
 
 # -- the out-of-core accumulation is exact -----------------------------------------------
@@ -185,11 +187,15 @@ def test_transform_stays_lazy_on_dask_and_labelled_on_xarray(usps):
         assert Z.chunks == (Xd.chunks[0], (3,))
         assert len(Z.dask.layers[Z.name]) == Xd.numblocks[0]  # one task per row chunk
         expected = est.transform(Xt)
-        np.testing.assert_allclose(Z.compute(), expected, rtol=1e-6, atol=1e-9)
+        # float32 features: the GEMMs of 50-row chunks and of all 200 rows may round differently
+        # (relative 6e-8 per product, summed over the features); float64 paths agree to 1e-9
+        float32 = getattr(est, "compute_dtype", "float64") == "float32"
+        atol = 1e-6 * np.abs(expected).max() if float32 else 1e-9
+        np.testing.assert_allclose(Z.compute(), expected, rtol=1e-6, atol=atol)
         assert isinstance(L, xr.DataArray)
         assert L.dims == ("digit", "component")
         np.testing.assert_array_equal(L["digit"].values, np.arange(200) + 1000)
-        np.testing.assert_allclose(L.values, expected, rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(L.values, expected, rtol=1e-6, atol=atol)
 
 
 # -- exact kernel PCA ----------------------------------------------------------------------

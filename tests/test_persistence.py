@@ -56,7 +56,7 @@ def test_readable_attributes(model, tmp_path):
     assert attrs["estimator"] == "DSGDKernelPCA"
     assert attrs["features"]["kernel"] == {"name": "matern", "bandwidth": model.bandwidth_, "nu": 2.5, "order": None}
     assert attrs["features"]["seed"] == 0
-    assert attrs["dsgd_dask"]["format_version"] == 1
+    assert attrs["dsgd_dask"]["format_version"] == 2
     json.dumps(attrs)
 
 
@@ -117,4 +117,13 @@ def test_newer_format_refused(model, tmp_path):
     meta["format_version"] = 99
     group.attrs["dsgd_dask"] = meta
     with pytest.raises(ValueError, match="format version 99.*upgrade dsgd_dask"):
+        dsgd_dask.load(path)
+
+
+def test_older_format_refused(model, tmp_path):
+    # format 1 drew its frequencies with another sampler: its seeds would give other features
+    path = model.save(tmp_path / "m.zarr")
+    group = zarr.open_group(str(path), mode="r+")
+    group.attrs["dsgd_dask"] = {**group.attrs["dsgd_dask"], "format_version": 1}
+    with pytest.raises(ValueError, match="format version 1, whose seeds generate other random features"):
         dsgd_dask.load(path)

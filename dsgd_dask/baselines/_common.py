@@ -6,7 +6,8 @@ import hashlib
 
 import numpy as np
 import scipy.linalg
-from threadpoolctl import threadpool_limits
+
+from dsgd_dask._threads import one_blas_thread
 
 #: Spawn-key tags of the baselines' own random streams (feature blocks use ``(j,)``,
 #: data streams and samples the tags in :mod:`dsgd_dask.streams.batches`).
@@ -26,7 +27,7 @@ def top_eigenpairs(a: np.ndarray, k: int, overwrite: bool = False) -> tuple[np.n
         return np.zeros(k), np.zeros((0, k))
     # One BLAS thread: the tridiagonal reduction is bound by synchronisation, and with two
     # threads it ran 7-10x slower than with one on a 2-core machine (n = 1000-4000).
-    with threadpool_limits(limits=1, user_api="blas"):
+    with one_blas_thread():
         if k >= n:
             vals, vecs = np.linalg.eigh(a)
         else:

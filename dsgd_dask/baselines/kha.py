@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
+from dsgd_dask._threads import one_blas_thread
 from dsgd_dask._validation import check_choice, check_float, check_int
 from dsgd_dask.baselines._common import KHA_TAG
 from dsgd_dask.baselines.exact import _DenseKernelEstimator
@@ -330,7 +330,7 @@ def excess_reconstruction_error(K, A, *, min_error: float | None = None) -> floa
         raise ValueError(f"A must have shape (r, {K.shape[0]}) to match K, got {A.shape}")
     r = A.shape[0]
     if min_error is None:
-        with threadpool_limits(limits=1, user_api="blas"):
+        with one_blas_thread():
             mu = np.linalg.eigvalsh(K)
         min_error = float(np.sqrt(np.sum(mu[: K.shape[0] - r] ** 2)))
     scale = float(np.abs(K).max()) if K.size else 0.0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dsgd_dask._threads import one_blas_thread
 from dsgd_dask.engine.steps import DivergenceError, KPCAConfig, KPCAState, check_slab, target_block
 from dsgd_dask.model.expansion import evaluate_blocks
 from dsgd_dask.rules.kpca import apply_update, shrink_matrix, step_size
@@ -22,8 +23,9 @@ def part_sums(coef: np.ndarray, slab: np.ndarray, rows: np.ndarray, target: int,
     """The sums of one part of step's mini-batch: rows ``rows`` of ``slab``."""
     if len(rows) == 0:
         return StepSums.empty(features.block_size, coef.shape[1])
-    h, z = evaluate_blocks(features, coef, slab[rows], keep_block=target)
-    return StepSums.of(h, z)
+    with one_blas_thread():
+        h, z = evaluate_blocks(features, coef, slab[rows], keep_block=target)
+        return StepSums.of(h, z)
 
 
 def apply_sums(coef: np.ndarray, total: StepSums, t: int, eta_scale: float, features,
@@ -50,11 +52,12 @@ def run_partitioned(state: KPCAState, slabs: list, task: PartitionedTask, featur
     batches = task.part_batches([len(s) for s in slabs], cfg.batch_size)
     coef = state.coef
     m = features.block_size
-    for i in range(task.n_steps):
-        t = task.first_step + i
-        _, target = target_block(coef.shape[0] // m, cfg.n_blocks, t)
-        total = StepSums.empty(m, coef.shape[1])
-        for slab, rows in zip(slabs, batches, strict=True):
-            total = total + part_sums(coef, slab, rows[i], target, features)
-        coef = apply_sums(coef, total, t, state.eta_scale, features, cfg)
+    with one_blas_thread():
+        for i in range(task.n_steps):
+            t = task.first_step + i
+            _, target = target_block(coef.shape[0] // m, cfg.n_blocks, t)
+            total = StepSums.empty(m, coef.shape[1])
+            for slab, rows in zip(slabs, batches, strict=True):
+                total = total + part_sums(coef, slab, rows[i], target, features)
+            coef = apply_sums(coef, total, t, state.eta_scale, features, cfg)
     return KPCAState(coef, task.first_step + task.n_steps, state.eta_scale)

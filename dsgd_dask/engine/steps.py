@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from dsgd_dask._threads import one_blas_thread
 from dsgd_dask.features.blocks import RandomFeatures
 from dsgd_dask.model.expansion import evaluate_blocks
 from dsgd_dask.rules.kpca import apply_update, batch_statistics, shrink_matrix, step_size
@@ -103,6 +104,7 @@ def run_chunk(state: KPCAState, slab: np.ndarray, task: ChunkTask, features: Ran
     """Run the steps of ``task`` on its rows ``slab``; the input state is not modified."""
     slab = check_slab(slab, task)
     coef = state.coef.copy()
-    for i, rows in enumerate(task.batches(slab.shape[0], cfg.batch_size)):
-        coef = kpca_step(coef, slab[rows], task.first_step + i, state.eta_scale, features, cfg)
+    with one_blas_thread():
+        for i, rows in enumerate(task.batches(slab.shape[0], cfg.batch_size)):
+            coef = kpca_step(coef, slab[rows], task.first_step + i, state.eta_scale, features, cfg)
     return KPCAState(coef, task.first_step + task.n_steps, state.eta_scale)

@@ -10,6 +10,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils.validation import check_is_fitted
 
 from dsgd_dask._linalg import small_eigh
+from dsgd_dask._threads import one_blas_thread
 from dsgd_dask._validation import check_choice, check_float, check_int
 from dsgd_dask.engine.checkpoint import Checkpointer, fit_fingerprint
 from dsgd_dask.engine.loop import Progress, run_plan
@@ -213,13 +214,14 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
             found = ckpt.existing()
             if found is not None:
                 seed, resumed = found
-        self._initialise(view, seed=seed)
-        if ckpt is not None:
-            ckpt.seed = self.seed_
-            if seed is not None:
-                self.state_ = resumed
-        self._run(view, self._params["max_iter"], epoch_offset=0, callback=callback, checkpointer=ckpt)
-        self._finalise(self._sample)
+        with one_blas_thread():  # the same products, so the same model, on any machine and scheduler
+            self._initialise(view, seed=seed)
+            if ckpt is not None:
+                ckpt.seed = self.seed_
+                if seed is not None:
+                    self.state_ = resumed
+            self._run(view, self._params["max_iter"], epoch_offset=0, callback=callback, checkpointer=ckpt)
+            self._finalise(self._sample)
         del self._sample
         return self
 
@@ -241,15 +243,16 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
         """
         first = not hasattr(self, "state_")
         view = self._validate_input(X, reset=first)
-        if first:
-            self._initialise(view)
-            sample = self._sample
-            del self._sample
-        else:
-            sample = sample_rows(view, N_SAMPLE, self.seed_, key=self.n_passes_ + 1)
-        n_steps = max(1, -(-view.n_samples // self._params["batch_size"]))
-        self._run(view, n_steps, epoch_offset=self.n_passes_)
-        self._finalise(sample)
+        with one_blas_thread():
+            if first:
+                self._initialise(view)
+                sample = self._sample
+                del self._sample
+            else:
+                sample = sample_rows(view, N_SAMPLE, self.seed_, key=self.n_passes_ + 1)
+            n_steps = max(1, -(-view.n_samples // self._params["batch_size"]))
+            self._run(view, n_steps, epoch_offset=self.n_passes_)
+            self._finalise(sample)
         return self
 
     def _check_params(self, n_samples: int) -> dict:

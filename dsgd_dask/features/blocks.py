@@ -8,26 +8,31 @@ independently of every other block.
 
 Blocks are grouped in *pages* of consecutive blocks stored contiguously (as ``W^T``,
 one contiguous ``m x d`` slab per block, filled in place by its generator), so that a
-batch meets one wide GEMM per page. The blocks of a page are generated in parallel
-threads (the generators release the GIL). Pages are cached up to a byte budget and
+batch meets one GEMM per page. Pages are the unit of parallel work: the pages of an
+evaluation are generated (or taken from the cache) and applied in parallel threads,
+each with one BLAS thread (:mod:`dsgd_dask._threads`), and combined in page order, so
+results never depend on the number of threads. Pages are cached up to a byte budget and
 regenerated beyond it.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import threading
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from dsgd_dask._threads import map_ordered, one_blas_thread, scratch
 from dsgd_dask.features.kernels import KernelSpec, sample_frequencies
 
-#: Columns of one page: wide enough for an efficient GEMM, small enough to bound
-#: the temporaries of an evaluation (rows x page columns).
-PAGE_COLUMNS = 4096
+#: Columns of one page: wide enough for an efficient single-threaded GEMM, small enough
+#: that a step has several pages to spread over threads and that the temporaries of an
+#: evaluation (rows x page columns) stay small.
+PAGE_COLUMNS = 1024
+#: Below this many multiply-adds per page (rows x d x columns) the pages of an
+#: evaluation run in the calling thread: handing them to threads would cost more.
+PARALLEL_MIN_WORK = 1 << 21
 
 
 def default_cache_bytes() -> int:
@@ -65,15 +70,14 @@ def generate_block(spec: KernelSpec, d: int, m: int, seed: int, block: int, dtyp
     return wt.T, b
 
 
-_POOL: ThreadPoolExecutor | None = None
+class _Page:
+    """A cached page: ``W^T`` and phases of its blocks, of which the first ``filled`` are generated."""
 
-
-def _generation_pool() -> ThreadPoolExecutor:
-    global _POOL
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1),
-                                   thread_name_prefix="dsgd-features")
-    return _POOL
+    def __init__(self, rows: int, d: int, dtype):
+        self.lock = threading.Lock()
+        self.wt = np.empty((rows, d), dtype=dtype)
+        self.b = np.empty(rows, dtype=dtype)
+        self.filled = 0
 
 
 class _PageCache:
@@ -82,7 +86,7 @@ class _PageCache:
         self.clear()
 
     def clear(self) -> None:
-        self.pages: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}
+        self.pages: dict[int, _Page] = {}
         self.nbytes = 0
 
 
@@ -156,12 +160,10 @@ class RandomFeatures:
         # Identical feature sets in one process (e.g. models unpickled into many tasks on a
         # worker) share one page cache.
         self._cache = _shared_cache(self._cache_key())
-        self._local = threading.local()
 
     def __getstate__(self):
         state = self.__dict__.copy()
         state.pop("_cache", None)
-        state.pop("_local", None)
         return state
 
     def __setstate__(self, state):
@@ -180,7 +182,11 @@ class RandomFeatures:
         return generate_block(self.kernel, self.n_features_in, self.block_size, self.seed, j, self.dtype)
 
     def page(self, p: int, n_blocks: int):
-        """Frequencies ``(d, nb*m)`` and phases of the blocks of page ``p`` below ``n_blocks``."""
+        """Frequencies ``(d, nb*m)`` and phases of the blocks of page ``p`` below ``n_blocks``.
+
+        A page beyond the cache budget is regenerated into this thread's scratch buffer:
+        use it before asking this thread for another page.
+        """
         first = p * self.blocks_per_page
         nb = min(self.blocks_per_page, n_blocks - first)
         if nb <= 0:
@@ -189,58 +195,53 @@ class RandomFeatures:
         cache = self._cache
         with cache.lock:
             entry = cache.pages.get(p)
-            if entry is not None and entry[2] >= nb:
-                return entry[0][: nb * m].T, entry[1][: nb * m]
-            if entry is not None or cache.nbytes + self.page_bytes <= self.cache_bytes:
-                if entry is None:
-                    rows = self.blocks_per_page * m
-                    entry = (np.empty((rows, self.n_features_in), dtype=self.dtype),
-                             np.empty(rows, dtype=self.dtype), 0)
-                    cache.nbytes += self.page_bytes
-                wt, b, filled = entry
-                self._fill(first, filled, nb, wt, b)
-                cache.pages[p] = (wt, b, nb)
-                return wt[: nb * m].T, b[: nb * m]
-        # beyond the budget: regenerate into this thread's scratch page, valid until its next use
-        wt, b = self._scratch(nb * m)
+            if entry is None and cache.nbytes + self.page_bytes <= self.cache_bytes:
+                entry = cache.pages[p] = _Page(self.blocks_per_page * m, self.n_features_in, self.dtype)
+                cache.nbytes += self.page_bytes
+        if entry is not None:
+            # pages are generated outside the cache lock: other threads fill other pages meanwhile
+            with entry.lock:
+                if entry.filled < nb:
+                    self._fill(first, entry.filled, nb, entry.wt, entry.b)
+                    entry.filled = nb
+            return entry.wt[: nb * m].T, entry.b[: nb * m]
+        wt = scratch("page-wt", (nb * m, self.n_features_in), self.dtype)
+        b = scratch("page-b", (nb * m,), self.dtype)
         self._fill(first, 0, nb, wt, b)
         return wt.T, b
-
-    def _scratch(self, rows: int):
-        local = self._local
-        buf = getattr(local, "page", None)
-        if buf is None or buf[0].shape[0] < rows:
-            buf = local.page = (np.empty((self.blocks_per_page * self.block_size, self.n_features_in),
-                                         dtype=self.dtype), np.empty(self.blocks_per_page * self.block_size,
-                                                                     dtype=self.dtype))
-        return buf[0][:rows], buf[1][:rows]
 
     def _fill(self, first: int, lo: int, hi: int, wt: np.ndarray, b: np.ndarray) -> None:
         """Generate blocks ``first + lo .. first + hi - 1`` into their rows of ``wt``, ``b``."""
         m = self.block_size
-
-        def one(i):
+        for i in range(lo, hi):
             fill_block(self.kernel, self.seed, first + i, wt[i * m:(i + 1) * m], b[i * m:(i + 1) * m])
 
-        if hi - lo > 1:
-            list(_generation_pool().map(one, range(lo, hi)))
-        elif hi > lo:
-            one(lo)
+    def map_pages(self, start_block: int, stop_block: int, fn, n_rows: int = 0) -> list:
+        """``fn(block0, block1, W, b)`` for every page covering ``[start_block, stop_block)``.
 
-    def pages(self, start_block: int, stop_block: int):
-        """Yield ``(block0, block1, W, b)`` over the pages covering ``[start_block, stop_block)``.
-
-        A page beyond the cache budget lives in a per-thread scratch buffer: use it before
-        asking for the next one.
+        The pages are generated (or taken from the cache) and passed to ``fn`` in parallel
+        threads when ``n_rows`` rows make it worth it, each with one BLAS thread; the
+        results come back in page order. ``W`` (``d x`` columns) and ``b`` may live in a
+        per-thread scratch buffer: ``fn`` must not keep them.
         """
         bpp = self.blocks_per_page
+        if stop_block <= start_block:
+            return []
+        spans = []
+        for p in range(start_block // bpp, (stop_block - 1) // bpp + 1):
+            first = p * bpp
+            spans.append((p, max(start_block, first) - first, min(stop_block, first + bpp) - first))
         m = self.block_size
-        for p in range(start_block // bpp, (stop_block - 1) // bpp + 1 if stop_block > start_block else 0):
+
+        def one(span):
+            p, lo, hi = span
             w, b = self.page(p, stop_block)
             first = p * bpp
-            lo = max(start_block, first) - first
-            hi = min(stop_block, first + bpp) - first
-            yield first + lo, first + hi, w[:, lo * m:hi * m], b[lo * m:hi * m]
+            return fn(first + lo, first + hi, w[:, lo * m:hi * m], b[lo * m:hi * m])
+
+        work = n_rows * self.n_features_in * bpp * m
+        with one_blas_thread():
+            return map_ordered(one, spans, parallel=work >= PARALLEL_MIN_WORK)
 
     # -- feature evaluation -----------------------------------------------------------
     def prepare(self, X) -> np.ndarray:
@@ -275,8 +276,12 @@ class RandomFeatures:
         Xp = self.prepare(X)
         m = self.block_size
         out = np.empty((Xp.shape[0], (stop_block - start_block) * m), dtype=self.dtype)
-        for b0, b1, w, b in self.pages(start_block, stop_block):
-            out[:, (b0 - start_block) * m:(b1 - start_block) * m] = self.apply(Xp, w, b)
+
+        def fill(b0, b1, w, b):
+            z = self.apply(Xp, w, b, out=scratch("page-z", (Xp.shape[0], w.shape[1]), self.dtype))
+            out[:, (b0 - start_block) * m:(b1 - start_block) * m] = z
+
+        self.map_pages(start_block, stop_block, fill, n_rows=Xp.shape[0])
         return out
 
     def to_dict(self) -> dict:

@@ -13,6 +13,8 @@ import numpy as np
 from scipy.spatial.distance import cdist
 from sklearn.metrics.pairwise import euclidean_distances
 
+from dsgd_dask.features.sampling import standard_cauchy, standard_laplace, standard_normal
+
 KernelName = Literal["gaussian", "laplacian", "cauchy", "matern", "arccos"]
 
 KERNELS: tuple[str, ...] = ("gaussian", "laplacian", "cauchy", "matern", "arccos")
@@ -100,21 +102,18 @@ def sample_frequencies(spec: KernelSpec, rng: np.random.Generator, out: np.ndarr
     """Fill ``out`` (``m x d``, C-contiguous float) with ``m`` frequency vectors, one per row.
 
     The vectors are drawn from the kernel's spectral measure with the bandwidth applied
-    (rows are ``omega / sigma``); generated in place, without temporaries for the
-    Gaussian and arc-cosine kernels.
+    (rows are ``omega / sigma``), in place, with the fast samplers of
+    :mod:`dsgd_dask.features.sampling`.
     """
     dtype = out.dtype
     name = spec.name
-    if name == "cauchy":
-        # Laplace(0, 1) as the difference of two standard exponentials.
-        rng.standard_exponential(out=out, dtype=dtype)
-        out -= rng.standard_exponential(out.shape, dtype=dtype)
-    else:
-        rng.standard_normal(out=out, dtype=dtype)
     if name == "laplacian":
-        # Cauchy(0, 1) as the ratio of two standard normals.
-        out /= rng.standard_normal(out.shape, dtype=dtype)
-    elif name == "matern":
+        standard_cauchy(rng, out)  # product of Cauchy(0, 1) coordinates
+    elif name == "cauchy":
+        standard_laplace(rng, out)  # product of Laplace(0, 1) coordinates
+    else:
+        standard_normal(rng, out)
+    if name == "matern":
         # multivariate t with 2 nu degrees of freedom: one chi-square draw per vector
         u = rng.chisquare(2.0 * spec.nu, size=out.shape[0])
         out *= np.sqrt(2.0 * spec.nu / u).astype(dtype)[:, None]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dsgd_dask._threads import scratch
 from dsgd_dask.features.blocks import RandomFeatures
 
 #: Rows evaluated at once: bounds the temporaries to rows x PAGE_COLUMNS features.
@@ -56,22 +57,26 @@ def evaluate_blocks(features: RandomFeatures, coef: np.ndarray, X: np.ndarray, k
 
     Returns ``(h, z)`` where ``z`` holds the features of block ``keep_block`` on ``X``
     (computed on the way when the block is active, separately otherwise), or ``None``.
+    The pages are evaluated in parallel threads, one GEMM in the feature precision each,
+    and accumulated in float64 in page order (the same sum on any number of threads).
     """
     m = features.block_size
     n_blocks = coef.shape[0] // m
     Xp = features.prepare(X)
-    h = np.zeros((Xp.shape[0], coef.shape[1]), dtype=np.float64)
-    kept = None
-    buf = None
-    for b0, b1, w, b in features.pages(0, n_blocks):
-        cols = (b1 - b0) * m
-        if buf is None or buf.shape[1] < cols:
-            buf = np.empty((Xp.shape[0], cols), dtype=features.dtype)
-        z = features.apply(Xp, w, b, out=buf[:, :cols])
-        # one GEMM in the feature precision per page, accumulated across pages in float64
-        h += z @ coef[b0 * m:b1 * m].astype(z.dtype, copy=False)
+
+    def page(b0, b1, w, b):
+        z = features.apply(Xp, w, b, out=scratch("page-z", (Xp.shape[0], w.shape[1]), features.dtype))
+        hp = z @ coef[b0 * m:b1 * m].astype(z.dtype, copy=False)
+        kept = None
         if keep_block is not None and b0 <= keep_block < b1:
             kept = z[:, (keep_block - b0) * m:(keep_block - b0 + 1) * m].copy()
+        return hp, kept
+
+    h = np.zeros((Xp.shape[0], coef.shape[1]), dtype=np.float64)
+    kept = None
+    for hp, z in features.map_pages(0, n_blocks, page, n_rows=Xp.shape[0]):
+        h += hp
+        kept = z if z is not None else kept
     if keep_block is not None and kept is None:
         kept = features.transform(X, keep_block, keep_block + 1)
     return h, kept

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _META = "dsgd_dask"
 
 
@@ -125,8 +125,8 @@ def read_store(path, kind: str) -> tuple[dict, dict[str, np.ndarray]]:
     FileNotFoundError
         Nothing at ``path``.
     StoreError
-        ``path`` is not a dsgd_dask store of this kind (e.g. a data store), was written by
-        a newer format version, or is truncated or corrupt.
+        ``path`` is not a dsgd_dask store of this kind (e.g. a data store), was written in
+        another format version, or is truncated or corrupt.
     """
     import zarr
 
@@ -147,7 +147,11 @@ def read_store(path, kind: str) -> tuple[dict, dict[str, np.ndarray]]:
     version = meta.get("format_version")
     if not isinstance(version, int) or version > FORMAT_VERSION:
         raise StoreError(f"{path} was written in format version {version!r}; this version of dsgd_dask "
-                         f"reads versions <= {FORMAT_VERSION}: upgrade dsgd_dask to read it")
+                         f"reads version {FORMAT_VERSION}: upgrade dsgd_dask to read it")
+    if version < FORMAT_VERSION:
+        # format 1 drew the frequencies with numpy's ziggurat samplers: its seeds give other features now
+        raise StoreError(f"{path} was written in format version {version}, whose seeds generate other random "
+                         f"features than this version of dsgd_dask (format {FORMAT_VERSION}); fit the model again")
     arrays = {}
     for name, check in meta.get("arrays", {}).items():
         try:
