@@ -9,8 +9,8 @@ excluded). The result is samples/s and the achieved flop rate
     flops per step = 2 B d M  (features: X W, then cos)  +  2 B M k  (h = z A)
 
 divided by the step time, as a fraction of the rate of a plain numpy GEMM of the
-shape a step uses, ``(B x d) @ (d x PAGE_COLUMNS)`` in the same precision, measured
-in the same run. A second model adds the measured cost of ``np.cos`` on the page
+shape a step uses, ``(B x d) @ (d x 4096)`` on all cores in the same precision,
+measured in the same run. A second model adds the measured cost of ``np.cos`` on the page
 and, without the cache, of regenerating the frequencies: the step time numpy itself
 would need, which separates the package's overhead from the limits of the kernels
 it calls.
@@ -76,39 +76,53 @@ def _best_rate(fn, work: float, rounds: int, seconds: float) -> dict:
     return {"best": max(rates), "median": float(np.median(rates)), "rounds": rates}
 
 
+#: Width of the reference GEMM ``(B x d) @ (d x REFERENCE_COLUMNS)``: a wide product on all
+#: cores, the machine's best case (wider than one page of the package).
+REFERENCE_COLUMNS = 4096
+
+
 def reference_rates(p: Params, batch: int, d: int, dtype: str) -> dict:
     """Reference rates for one precision and batch size.
 
-    * GEMM (flop/s): numpy ``(B x d) @ (d x PAGE_COLUMNS)`` with ``W`` C-contiguous and with
-      ``W`` the transpose of a C-contiguous ``(PAGE_COLUMNS x d)`` array; the faster
-      layout is the machine's rate.
-    * ``np.cos`` (elements/s) on a ``(B x PAGE_COLUMNS)`` page of feature-sized arguments.
-    * Page regeneration (normals/s): the package's own generator filling one page of
-      frequencies with the cache off, as a step without cache does for every page.
+    * GEMM (flop/s): numpy ``(B x d) @ (d x REFERENCE_COLUMNS)`` on all BLAS threads, with
+      ``W`` C-contiguous and with ``W`` the transpose of a C-contiguous
+      ``(REFERENCE_COLUMNS x d)`` array; the faster layout is the machine's rate.
+    * ``np.cos`` (elements/s) on ``(B x PAGE_COLUMNS)`` pages of feature-sized arguments,
+      ``REFERENCE_COLUMNS`` columns in all, spread over the package's threads as a step does.
+    * Page regeneration (normals/s): the package's own generator filling the pages of
+      ``REFERENCE_COLUMNS`` frequencies with the cache off, in the package's threads, as a
+      step without cache does.
     """
+    from dsgd_dask._threads import map_ordered, one_blas_thread
     from dsgd_dask.features import RandomFeatures
     from dsgd_dask.features.blocks import PAGE_COLUMNS
     from dsgd_dask.features.kernels import parse_kernel
 
     rng = np.random.default_rng(p.seed)
     x = rng.random((batch, d)).astype(dtype)
-    w = rng.standard_normal((d, PAGE_COLUMNS)).astype(dtype)
+    w = rng.standard_normal((d, REFERENCE_COLUMNS)).astype(dtype)
     wt = np.ascontiguousarray(w.T)
-    out = np.empty((batch, PAGE_COLUMNS), dtype=dtype)
+    out = np.empty((batch, REFERENCE_COLUMNS), dtype=dtype)
     rounds, seconds = p.ref_rounds, p.ref_round_seconds
-    flops = 2.0 * batch * d * PAGE_COLUMNS
+    flops = 2.0 * batch * d * REFERENCE_COLUMNS
     layouts = {"W": _best_rate(lambda: np.matmul(x, w, out=out), flops, rounds, seconds),
                "WT.T": _best_rate(lambda: np.matmul(x, wt.T, out=out), flops, rounds, seconds)}
     best = max(layouts, key=lambda key: layouts[key]["best"])
     gemm = {**layouts[best], "layout": best, "layouts": layouts}
     # arguments of the size the features meet: (x - c) W + b with W ~ N(0, 1/sigma^2)
-    args = (rng.standard_normal(out.shape) + rng.uniform(0, 2 * np.pi, out.shape)).astype(dtype)
-    z = np.empty_like(args)
-    cos = _best_rate(lambda: np.cos(args, out=z), float(z.size), rounds, seconds)
+    n_pages = REFERENCE_COLUMNS // PAGE_COLUMNS
+    args = [(rng.standard_normal((batch, PAGE_COLUMNS)) + rng.uniform(0, 2 * np.pi, (batch, PAGE_COLUMNS)))
+            .astype(dtype) for _ in range(n_pages)]
+    zs = [np.empty_like(a) for a in args]
     feats = RandomFeatures(parse_kernel("gaussian", 1.0), d, p.block_size, p.seed, dtype, cache_bytes=0)
-    n_blocks = feats.blocks_per_page
-    regen = _best_rate(lambda: feats.page(0, n_blocks), float(d * n_blocks * p.block_size), rounds, seconds)
-    return {"page_columns": PAGE_COLUMNS, "gemm_flops": gemm, "cos_elements": cos, "regen_normals": regen}
+    n_blocks = REFERENCE_COLUMNS // p.block_size
+    with one_blas_thread():
+        cos = _best_rate(lambda: map_ordered(lambda i: np.cos(args[i], out=zs[i]), range(n_pages)),
+                         float(batch * REFERENCE_COLUMNS), rounds, seconds)
+        regen = _best_rate(lambda: map_ordered(lambda q: feats.page(q, n_blocks) and None, range(n_pages)),
+                           float(d * REFERENCE_COLUMNS), rounds, seconds)
+    return {"reference_columns": REFERENCE_COLUMNS, "page_columns": PAGE_COLUMNS, "gemm_flops": gemm,
+            "cos_elements": cos, "regen_normals": regen}
 
 
 def task_ends(n_rows: int, batch: int):
@@ -376,8 +390,16 @@ def main(argv=None) -> None:
                         help="re-measure the fits of an existing result file that other processes disturbed "
                              "(foreign load above idle_cores), keeping the cleaner measurement")
     parser.add_argument("--replot", action="store_true", help="only redraw the figure from the result file")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", help=f"batch sizes (default {PARAMS.batch_sizes})")
+    parser.add_argument("--n-features", type=int, nargs="+", help=f"feature budgets (default {PARAMS.n_features})")
+    parser.add_argument("--dtypes", nargs="+", choices=("float32", "float64"),
+                        help=f"feature precisions (default {PARAMS.dtypes})")
+    parser.add_argument("--repeats", type=int, help=f"fits per configuration (default {PARAMS.repeats})")
     args = parser.parse_args(argv)
     p = QUICK if args.quick else PARAMS
+    grid = {"batch_sizes": args.batch_sizes, "n_features": args.n_features, "dtypes": args.dtypes,
+            "repeats": args.repeats}
+    p = replace(p, **{k: tuple(v) if isinstance(v, list) else v for k, v in grid.items() if v is not None})
     name = "throughput_quick" if args.quick else "throughput"
     if args.replot:
         plot(p, json.loads(result_path(name).read_text())["results"], figure_path(name))
@@ -443,7 +465,7 @@ def main(argv=None) -> None:
     payload.update({
         "benchmark": "throughput",
         "description": "steady-state samples/s of DSGDKernelPCA.fit; achieved flop rate / numpy GEMM rate",
-        "flops_definition": "2*B*d*M + 2*B*M*k per step; GEMM rate = numpy (B x d) @ (d x PAGE_COLUMNS) in the same "
+        "flops_definition": "2*B*d*M + 2*B*M*k per step; GEMM rate = numpy (B x d) @ (d x 4096) in the same "
                             "precision, best of its rounds per session, median over the run's sessions "
                             "(gemm_fraction_vs_peak: highest session)",
         "model_definition": "model_step_seconds = flops / GEMM rate + B*M / cos rate (+ d*M / regeneration "

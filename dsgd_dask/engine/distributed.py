@@ -78,8 +78,8 @@ def _run_partitioned_remote(client, state: KPCAState, slabs: list, task: Partiti
     for i in range(task.n_steps):
         t = task.first_step + i
         _, target = target_block(coef.shape[0] // m, cfg.n_blocks, t)
-        [coef_f] = client.scatter([coef], hash=False)
-        futures = [client.submit(part_sums, coef_f, slab, rows[i], target, features, pure=False,
+        # the coefficients travel with the tasks (no separate scatter round trip)
+        futures = [client.submit(part_sums, coef, slab, rows[i], target, features, pure=False,
                                  key=f"dsgd-part-{t}-{p}-{id(coef)}")
                    for p, (slab, rows) in enumerate(zip(slabs, batches, strict=True))]
         total = StepSums.empty(m, coef.shape[1])
