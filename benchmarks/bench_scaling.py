@@ -2,14 +2,19 @@
 
 A step with ``n_partitions = P`` splits its ``B`` rows over ``P`` parts; each part runs on
 the worker holding its chunk and returns ``O(m^2 + m k + k^2)`` sums. Per step the driver
-scatters the coefficients (``M k`` float64) and gathers the sums. The model
+sends the coefficients (``M k`` float64) with each part task, gathers the sums and
+applies one update. The cost model
 
-    t_step(W) = t_part * ceil(P / W) + t_comm,   t_part = t_1 / P
+    t_step(W) = ceil(P / W) * t_part + t_comm(W) + t_update
 
-(``t_1``: the compute of a whole step on one worker) is fitted to the 1-worker run and
-checked against the 2-worker run, then extrapolated in the README. Workers run one
-thread each (and one BLAS thread each, as distributed sets), so 2 workers use both
-cores of this machine.
+is built from parts measured separately, not fitted to the runs: ``t_part`` is the
+compute of one part on one core (``part_sums`` timed in this process on one thread),
+``t_update`` the driver's update from the sums, and ``t_comm(W)`` the round trip of one
+step's messages on the cluster (``P`` tasks carrying the coefficients out and sums of
+the right size back, no compute). The prediction is then checked against the measured
+step time on 1 and 2 workers, and extrapolated in the README. Workers run one thread
+each (and one BLAS thread each, as distributed sets), so 2 workers use both cores of
+this machine.
 
 Run ``python benchmarks/bench_scaling.py`` (``--quick`` for a smoke run). Writes
 ``results/scaling.json``.
@@ -48,6 +53,56 @@ QUICK = replace(PARAMS, n_rows=16_384, chunk_rows=2048, n_features=2048, batch_s
 # ----------------------------------------------------------------------------------------
 
 
+def _median_time(fn, repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def _echo(coef, payload):
+    """A part task without compute: takes the coefficients, returns sums of the right size."""
+    return payload
+
+
+def comm_round_trip(client, p: Params, coef: np.ndarray, repeats: int = 20) -> float:
+    """Median seconds of one step's messages: P tasks carrying ``coef`` out, sums back."""
+    from dsgd_dask.rules.statistics import StepSums
+
+    payload = StepSums.empty(p.block_size, p.n_components)
+
+    def one():
+        futures = [client.submit(_echo, coef, payload, pure=False) for _ in range(p.n_partitions)]
+        client.gather(futures)
+
+    return _median_time(one, repeats)
+
+
+def local_costs(model, data: np.ndarray, p: Params, repeats: int = 5) -> dict:
+    """``t_part`` (one part's sums on one core) and ``t_update`` (the driver's update), in seconds."""
+    from threadpoolctl import threadpool_limits
+
+    from dsgd_dask.engine.parallel import apply_sums, part_sums
+    from dsgd_dask.engine.steps import KPCAConfig
+    from dsgd_dask.rules.statistics import StepSums
+
+    coef, features = model.model_.coef, model.model_.features
+    rows = np.arange(p.batch_size // p.n_partitions)
+    with threadpool_limits(1):  # one core, as on a worker
+        t_part = _median_time(lambda: part_sums(coef, data, rows, 0, features), repeats)
+        sums = part_sums(coef, data, rows, 0, features)
+    total = StepSums.empty(p.block_size, p.n_components)
+    for _ in range(p.n_partitions):
+        total = total + sums
+    cfg = KPCAConfig(n_blocks=coef.shape[0] // p.block_size, batch_size=p.batch_size, eta_decay=0.01,
+                     center=True, ordered=False, guard_limit=np.inf)
+    t_update = _median_time(lambda: apply_sums(coef, total, 10_000, 1e-3, features, cfg), repeats)
+    return {"t_part": t_part, "t_update": t_update}
+
+
 def main(argv=None) -> dict:
     import dask.array as da
     import zarr
@@ -72,9 +127,10 @@ def main(argv=None) -> dict:
         params = dict(n_components=p.n_components, n_features=p.n_features, block_size=p.block_size,
                       batch_size=p.batch_size, n_partitions=p.n_partitions, random_state=p.seed)
         coefs = {}
+        comm = {}
         for w in p.workers:
             with LocalCluster(n_workers=w, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-                    Client(cluster):
+                    Client(cluster) as client:
                 DSGDKernelPCA(**{**params, "n_features": 1024, "max_iter": 4}).fit(X)  # warm the workers
                 times = []
                 for n in p.steps:
@@ -82,31 +138,34 @@ def main(argv=None) -> dict:
                     model = DSGDKernelPCA(**params, max_iter=n).fit(X)
                     times.append(time.perf_counter() - t0)
                 coefs[w] = model.model_.coef
+                comm[w] = comm_round_trip(client, p, model.model_.coef)
             step = (times[1] - times[0]) / (p.steps[1] - p.steps[0])
             rows.append({"workers": w, "fit_seconds": times, "step_seconds": step,
-                         "samples_per_second": p.batch_size / step})
-            print(f"{w} worker(s): {step * 1e3:.0f} ms per step, {p.batch_size / step:,.0f} samples/s", flush=True)
+                         "samples_per_second": p.batch_size / step, "t_comm": comm[w]})
+            print(f"{w} worker(s): {step * 1e3:.0f} ms per step, {p.batch_size / step:,.0f} samples/s; "
+                  f"messages of a step {comm[w] * 1e3:.1f} ms", flush=True)
+        local = local_costs(model, data, p)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
     identical = all(np.array_equal(coefs[p.workers[0]], c) for c in coefs.values())
     m, k, M = p.block_size, p.n_components, p.n_features
     sums = (m * m + m * k + k * k + m + k + 1) * 8
-    comm_bytes = {"coef_scatter": M * k * 8, "sums_per_part": sums,
+    comm_bytes = {"coef_per_part": M * k * 8, "sums_per_part": sums,
                   "per_step_total": (M * k * 8 + sums) * p.n_partitions}
     flops = 2 * p.batch_size * data.shape[1] * M + 2 * p.batch_size * M * k + 2 * p.batch_size * m * m
-    t1 = rows[0]["step_seconds"]
-    # fit t_part and t_comm on 1 worker, where all P parts run one after the other: t1 = P t_part + t_comm;
-    # take t_comm from the 2-worker run's excess over the perfectly parallel time, then check consistency.
-    t2 = rows[1]["step_seconds"] if len(rows) > 1 else None
-    model = None
-    if t2 is not None:
-        t_part = (t1 - t2) / (p.n_partitions - -(-p.n_partitions // 2))
-        t_comm = t1 - p.n_partitions * t_part
-        model = {"t_part": t_part, "t_comm": t_comm, "speedup_2": t1 / t2,
-                 "flop_rate_per_worker": flops / p.n_partitions / t_part}
-        print(f"model: t_part {t_part * 1e3:.0f} ms, t_comm {t_comm * 1e3:.1f} ms, speedup 1->2 workers "
-              f"{t1 / t2:.2f}")
+    t_part, t_update = local["t_part"], local["t_update"]
+    for r in rows:
+        w = r["workers"]
+        r["predicted_step_seconds"] = -(-p.n_partitions // w) * t_part + r["t_comm"] + t_update
+        r["prediction_error"] = r["predicted_step_seconds"] / r["step_seconds"] - 1
+        print(f"{w} worker(s): predicted {r['predicted_step_seconds'] * 1e3:.0f} ms = {-(-p.n_partitions // w)} x "
+              f"{t_part * 1e3:.0f} ms (part) + {r['t_comm'] * 1e3:.1f} ms (messages) + {t_update * 1e3:.1f} ms "
+              f"(update); measured {r['step_seconds'] * 1e3:.0f} ms ({r['prediction_error']:+.1%})")
+    model = {"t_part": t_part, "t_update": t_update, "flop_rate_per_core": flops / p.n_partitions / t_part,
+             "speedup_2": rows[0]["step_seconds"] / rows[1]["step_seconds"] if len(rows) > 1 else None}
+    if model["speedup_2"] is not None:
+        print(f"speedup 1 -> 2 workers: {model['speedup_2']:.2f}")
     result = {"parameters": asdict(p), "machine": machine_info(), "rows": rows,
               "same_model_on_every_cluster": identical, "communication_bytes": comm_bytes,
               "flops_per_step": flops, "model": model}

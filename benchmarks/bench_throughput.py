@@ -395,12 +395,13 @@ def main(argv=None) -> None:
     parser.add_argument("--dtypes", nargs="+", choices=("float32", "float64"),
                         help=f"feature precisions (default {PARAMS.dtypes})")
     parser.add_argument("--repeats", type=int, help=f"fits per configuration (default {PARAMS.repeats})")
+    parser.add_argument("--name", help="name of the result files (default: throughput, or throughput_quick)")
     args = parser.parse_args(argv)
     p = QUICK if args.quick else PARAMS
     grid = {"batch_sizes": args.batch_sizes, "n_features": args.n_features, "dtypes": args.dtypes,
             "repeats": args.repeats}
     p = replace(p, **{k: tuple(v) if isinstance(v, list) else v for k, v in grid.items() if v is not None})
-    name = "throughput_quick" if args.quick else "throughput"
+    name = args.name or ("throughput_quick" if args.quick else "throughput")
     if args.replot:
         plot(p, json.loads(result_path(name).read_text())["results"], figure_path(name))
         print("wrote", figure_path(name))
