@@ -13,11 +13,15 @@ While any computation of the package runs, the process's BLAS uses one thread
 (reference counted across threads, so that overlapping computations never restore
 the limit under each other's feet); the width of the package's own parallelism is the
 BLAS thread count the process had before (its cores, or what ``OPENBLAS_NUM_THREADS``
-/ ``OMP_NUM_THREADS`` say: one on a ``distributed`` worker started by a nanny).
+/ ``OMP_NUM_THREADS`` say: one on a ``distributed`` worker started by a nanny). The count
+is set with OpenBLAS's ``openblas_set_num_threads_local`` where the library has it (it
+works from any thread; the plain setter that threadpoolctl calls is ignored from other
+threads once the main thread has set a count), otherwise with threadpoolctl.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -25,32 +29,64 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 _lock = threading.Lock()
 _depth = 0
-_limiter = None
+_saved: list = []
 _width = 1
-_pool: ThreadPoolExecutor | None = None
+_setters: list | None = None
+_pools: dict[int, ThreadPoolExecutor] = {}
 _local = threading.local()
 
 
-def _blas_threads() -> int:
-    """The BLAS thread count in force now (the largest over the loaded BLAS libraries)."""
-    from threadpoolctl import threadpool_info
+def _openblas_setter(lib) -> Callable[[int], object] | None:
+    """``openblas_set_num_threads_local`` of an OpenBLAS library, if it has one.
 
-    counts = [info["num_threads"] for info in threadpool_info() if info.get("user_api") == "blas"]
-    return max(counts) if counts else (os.cpu_count() or 1)
+    Unlike ``openblas_set_num_threads`` (which recent OpenBLAS ignores when called from a
+    thread other than the main one once the main thread has set a count), it takes effect
+    from any thread.
+    """
+    names = ["openblas_set_num_threads_local",
+             f"{getattr(lib, '_symbol_prefix', '')}openblas_set_num_threads_local{getattr(lib, '_symbol_suffix', '')}"]
+    for name in names:
+        try:
+            fn = getattr(lib.dynlib, name)
+        except AttributeError:
+            continue
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_int]
+        return fn
+    return None
+
+
+def _blas_setters() -> list:
+    """``(get, set)`` thread-count functions of the BLAS libraries loaded (numpy's and scipy's)."""
+    global _setters
+    if _setters is None:
+        from threadpoolctl import ThreadpoolController
+
+        setters = []
+        for lib in ThreadpoolController().lib_controllers:
+            if lib.user_api != "blas":
+                continue
+            local = _openblas_setter(lib) if lib.internal_api == "openblas" else None
+            setters.append((lib.get_num_threads, local or lib.set_num_threads))
+        _setters = setters
+    return _setters
 
 
 @contextmanager
 def one_blas_thread() -> Iterator[None]:
     """Run the block with one BLAS thread (nestable, and shared by overlapping threads)."""
-    global _depth, _limiter, _width
+    global _depth, _saved, _width
     with _lock:
         if _depth == 0:
-            _width = max(1, _blas_threads())
-            _limiter = threadpool_limits(limits=1, user_api="blas")
+            setters = _blas_setters()
+            counts = [get() for get, _ in setters]
+            _width = max(max(counts, default=os.cpu_count() or 1), 1)
+            _saved = [(set_, n) for (_, set_), n in zip(setters, counts, strict=True)]
+            for set_, _ in _saved:
+                set_(1)
         _depth += 1
     try:
         yield
@@ -58,8 +94,9 @@ def one_blas_thread() -> Iterator[None]:
         with _lock:
             _depth -= 1
             if _depth == 0:
-                _limiter.restore_original_limits()
-                _limiter = None
+                for set_, n in _saved:
+                    set_(n)
+                _saved = []
 
 
 def parallel_width() -> int:
@@ -67,13 +104,13 @@ def parallel_width() -> int:
     return _width
 
 
-def _executor() -> ThreadPoolExecutor:
-    global _pool
+def _executor(width: int) -> ThreadPoolExecutor:
     with _lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1), thread_name_prefix="dsgd-compute",
-                                       initializer=_mark_worker)
-        return _pool
+        pool = _pools.get(width)
+        if pool is None:
+            pool = _pools[width] = ThreadPoolExecutor(max_workers=width, thread_name_prefix="dsgd-compute",
+                                                      initializer=_mark_worker)
+        return pool
 
 
 def _mark_worker() -> None:
@@ -88,7 +125,7 @@ def map_ordered(fn: Callable, items: Sequence, parallel: bool = True) -> list:
     """
     if not parallel or len(items) < 2 or _width < 2 or getattr(_local, "worker", False):
         return [fn(item) for item in items]
-    return list(_executor().map(fn, items))
+    return list(_executor(_width).map(fn, items))
 
 
 def scratch(name: str, shape: tuple, dtype) -> np.ndarray:

@@ -103,21 +103,27 @@ def sample_frequencies(spec: KernelSpec, rng: np.random.Generator, out: np.ndarr
 
     The vectors are drawn from the kernel's spectral measure with the bandwidth applied
     (rows are ``omega / sigma``), in place, with the fast samplers of
-    :mod:`dsgd_dask.features.sampling`.
+    :mod:`dsgd_dask.features.sampling`. The standard draws are made in float32 whatever
+    the precision of ``out`` (a random draw rounded to 24 bits is still a draw of the
+    same distribution, to a relative ``6e-8``; float64 trigonometry would make
+    regeneration several times slower), so float32 and float64 features of a seed share
+    their frequencies; the bandwidth is applied in the precision of ``out``.
     """
-    dtype = out.dtype
+    draws = out if out.dtype == np.float32 else np.empty(out.shape, dtype=np.float32)
     name = spec.name
     if name == "laplacian":
-        standard_cauchy(rng, out)  # product of Cauchy(0, 1) coordinates
+        standard_cauchy(rng, draws)  # product of Cauchy(0, 1) coordinates
     elif name == "cauchy":
-        standard_laplace(rng, out)  # product of Laplace(0, 1) coordinates
+        standard_laplace(rng, draws)  # product of Laplace(0, 1) coordinates
     else:
-        standard_normal(rng, out)
+        standard_normal(rng, draws)
+    if draws is not out:
+        out[...] = draws
     if name == "matern":
         # multivariate t with 2 nu degrees of freedom: one chi-square draw per vector
         u = rng.chisquare(2.0 * spec.nu, size=out.shape[0])
-        out *= np.sqrt(2.0 * spec.nu / u).astype(dtype)[:, None]
-    out *= dtype.type(1.0 / spec.bandwidth)
+        out *= np.sqrt(2.0 * spec.nu / u).astype(out.dtype)[:, None]
+    out *= out.dtype.type(1.0 / spec.bandwidth)
     return out
 
 

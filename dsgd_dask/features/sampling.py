@@ -1,4 +1,4 @@
-"""Fast seeded draws for the frequencies of the feature blocks, in their own precision.
+"""Fast seeded draws for the frequencies of the feature blocks.
 
 Regenerating the frequencies of every block is the cost of a step when nothing is
 cached (``d x M`` draws against ``2 B d M`` flops), so the draws are made from uniform
@@ -13,7 +13,9 @@ The uniforms have the resolution of the output precision (``2^-24`` in float32, 
 in float64) and lie in ``(0, 1]`` where a logarithm is taken, so every draw is finite: the
 normal's tails are cut at ``sqrt(-2 log 2^-24) = 5.8`` standard deviations in float32
 (8.6 in float64), a probability of ``6e-8`` per pair, far below the Monte Carlo error of
-any feature count; Cauchy draws are at most ``2^25 / pi`` in magnitude.
+any feature count; Cauchy draws are at most ``2^25 / pi`` in magnitude. The feature
+blocks draw in float32 whatever their precision (float64 trigonometry is several times
+slower; see :func:`dsgd_dask.features.kernels.sample_frequencies`).
 """
 
 from __future__ import annotations
@@ -35,14 +37,14 @@ def standard_normal(rng: np.random.Generator, out: np.ndarray) -> np.ndarray:
     n = flat.size
     half = n // 2
     if half:
-        _uniform_open_closed(rng, flat[: 2 * half])
+        rng.random(out=flat[: 2 * half], dtype=flat.dtype)
         r = flat[:half]
+        np.subtract(dtype(1.0), r, out=r)  # (0, 1] for the logarithm; the angle keeps [0, 1)
         np.log(r, out=r)
         r *= dtype(-2.0)
         np.sqrt(r, out=r)
         theta = flat[half: 2 * half]
-        np.subtract(theta, dtype(1.0), out=theta)  # back to [0, 1): the angle needs no open end
-        theta *= dtype(-2.0 * np.pi)
+        theta *= dtype(2.0 * np.pi)
         s = np.sin(theta)
         np.cos(theta, out=theta)
         theta *= r
