@@ -271,7 +271,7 @@ def plot(p: Params, rows: list[dict], path) -> None:
     axes[0].legend(fontsize=8, loc="upper right")
     axes[1].legend(fontsize=8, loc="upper left")
     fig.suptitle(f"DSGDKernelPCA.fit steady-state throughput, d=784, k={p.n_components}, block {p.block_size}; "
-                 f"median of {p.repeats} fits (whiskers: min-max); GEMM = numpy (B x 784) @ (784 x page), "
+                 f"median of {p.repeats} fits (whiskers: min-max); GEMM = numpy (B x 784) @ (784 x 4096) on all cores, "
                  "median rate of the run", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

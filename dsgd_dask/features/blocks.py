@@ -278,8 +278,7 @@ class RandomFeatures:
         out = np.empty((Xp.shape[0], (stop_block - start_block) * m), dtype=self.dtype)
 
         def fill(b0, b1, w, b):
-            z = self.apply(Xp, w, b, out=scratch("page-z", (Xp.shape[0], w.shape[1]), self.dtype))
-            out[:, (b0 - start_block) * m:(b1 - start_block) * m] = z
+            self.apply(Xp, w, b, out=out[:, (b0 - start_block) * m:(b1 - start_block) * m])
 
         self.map_pages(start_block, stop_block, fill, n_rows=Xp.shape[0])
         return out
