@@ -69,6 +69,8 @@ def _blas_setters() -> list:
         for lib in ThreadpoolController().lib_controllers:
             if lib.user_api != "blas":
                 continue
+            if lib.get_num_threads() is None:  # a library that does not report (nor take) a count
+                continue
             local = _openblas_setter(lib) if lib.internal_api == "openblas" else None
             setters.append((lib.get_num_threads, local or lib.set_num_threads))
         _setters = setters
