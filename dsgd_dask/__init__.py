@@ -1,5 +1,6 @@
 """dsgd_dask: kernel methods on data larger than memory, by doubly stochastic gradients on Dask."""
 
+from dsgd_dask import datasets
 from dsgd_dask.baselines import ExactKernelPCA, KernelHebbianPCA, NystroemPCA, RandomFeaturePCA
 from dsgd_dask.estimators import DSGDKernelPCA
 from dsgd_dask.estimators._persistence import load
@@ -19,6 +20,7 @@ __all__ = [
     "RandomFeaturePCA",
     "RandomFeatures",
     "__version__",
+    "datasets",
     "kernel_matrix",
     "load",
     "median_bandwidth",

@@ -1,40 +1,26 @@
-"""Shared fixtures: the real datasets, small synthetic data, schedulers."""
+"""Shared fixtures: real data (the subsets shipped with dsgd_dask), small synthetic data."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from dsgd_dask.datasets import load_mnist
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def data_dir() -> Path:
-    """``$DSGD_DATA_DIR``, else ``../shared/datasets`` beside the checkout."""
-    path = Path(os.environ.get("DSGD_DATA_DIR", ROOT.parent / "shared" / "datasets"))
-    if not (path / "load.py").exists():
-        raise FileNotFoundError(f"real datasets not found at {path}; set DSGD_DATA_DIR")
-    return path
-
-
-def load_dataset(name: str) -> dict:
-    path = data_dir()
-    spec = importlib.util.spec_from_file_location("dsgd_datasets_load", path / "load.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.load(name, str(path))
 
 
 @pytest.fixture(scope="session")
 def mnist_small():
-    """3000 training and 1000 held-out MNIST digits, pixels scaled to [0, 1]."""
-    d = load_dataset("mnist")
-    X = d["X_train"][:3000].reshape(3000, -1) / 255.0
-    Xt = d["X_test"][:1000].reshape(1000, -1) / 255.0
-    return X, Xt
+    """The first 3000 training and 1000 test MNIST digits, pixels scaled to [0, 1].
+
+    Read from the MNIST subset shipped with the package (no data home needed).
+    """
+    X, _ = load_mnist("train", sample=True)
+    Xt, _ = load_mnist("test", sample=True)
+    return X[:3000] / 255.0, Xt[:1000] / 255.0
 
 
 @pytest.fixture
