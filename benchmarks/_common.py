@@ -15,9 +15,6 @@ from pathlib import Path
 
 import numpy as np
 
-#: Folder of the benchmark datasets (``load.py`` and ``mnist.npz``); override with
-#: the environment variable ``DSGD_DATASETS``.
-DATASETS_DIR = Path(os.environ.get("DSGD_DATASETS", Path(__file__).resolve().parents[2] / "shared" / "datasets"))
 #: Where the JSON results and the figures go.
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -26,18 +23,69 @@ _PACKAGES = ("dsgd_dask", "numpy", "scipy", "scikit-learn", "dask", "distributed
 
 
 def load_mnist():
-    """MNIST as ``(X_train, X_test)``, float64 rows of 784 pixels scaled to [0, 1]."""
-    sys.path.insert(0, str(DATASETS_DIR))
+    """MNIST as ``(X_train, X_test)``, float64 rows of 784 pixels scaled to [0, 1].
+
+    The full dataset, read (and verified) by :func:`dsgd_dask.datasets.load_mnist` from the
+    data home: ``$DSGD_DATA_DIR`` when set, else ``~/dsgd_dask_data`` or
+    ``../shared/datasets`` beside the checkout. Download it once with
+    ``python -c "import dsgd_dask.datasets as d; d.fetch('mnist')"``.
+    """
+    from dsgd_dask.datasets import load_mnist as _load_mnist
+
     try:
-        from load import load
-    except ImportError as err:
-        raise SystemExit(f"no dataset loader in {DATASETS_DIR}; set DSGD_DATASETS to the folder of load.py") from err
-    finally:
-        sys.path.remove(str(DATASETS_DIR))
-    d = load("mnist", path=str(DATASETS_DIR))
-    x_train = d["X_train"].reshape(len(d["X_train"]), -1) / 255.0
-    x_test = d["X_test"].reshape(len(d["X_test"]), -1) / 255.0
-    return x_train, x_test
+        x_train, _ = _load_mnist("train")
+        x_test, _ = _load_mnist("test")
+    except FileNotFoundError as err:
+        raise SystemExit(str(err)) from err
+    return x_train / 255.0, x_test / 255.0
+
+
+#: Where generated benchmark stores go (not versioned).
+STORES_DIR = RESULTS_DIR / "stores"
+
+
+def shifted_digits(images: np.ndarray, n: int, seed, max_shift: int = 2) -> np.ndarray:
+    """``n`` rows: seeded random training digits moved by up to ``max_shift`` pixels each way (zero fill)."""
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(images), n)
+    shifts = rng.integers(-max_shift, max_shift + 1, (n, 2))
+    out = np.zeros((n, 28, 28), np.uint8)
+    for dy in range(-max_shift, max_shift + 1):
+        for dx in range(-max_shift, max_shift + 1):
+            sel = np.nonzero((shifts[:, 0] == dy) & (shifts[:, 1] == dx))[0]
+            src = images[idx[sel]]
+            out[sel, max(dy, 0):28 + min(dy, 0), max(dx, 0):28 + min(dx, 0)] = \
+                src[:, max(-dy, 0):28 + min(-dy, 0), max(-dx, 0):28 + min(-dx, 0)]
+    return out.reshape(n, 784)
+
+
+def shifted_mnist_store(n: int, chunk_rows: int = 8192, seed: int = 0) -> Path:
+    """A uint8 Zarr store of ``n`` shifted MNIST training digits (made once, then reused).
+
+    Written chunk by chunk (each chunk seeded by ``(seed, chunk index)``), so stores of
+    any size are made in bounded memory; a store left incomplete is rebuilt.
+    """
+    import zarr
+
+    from dsgd_dask.datasets import load_mnist as _load_mnist
+
+    path = STORES_DIR / f"shifted_mnist_{n}_{chunk_rows}_{seed}.zarr"
+    if path.exists():
+        try:
+            if zarr.open_array(str(path), mode="r").attrs.get("complete"):
+                return path
+        except Exception:
+            pass
+    images = _load_mnist("train")[0].reshape(-1, 28, 28)
+    STORES_DIR.mkdir(parents=True, exist_ok=True)
+    arr = zarr.create_array(store=str(path), shape=(n, 784), chunks=(chunk_rows, 784), dtype="uint8",
+                            overwrite=True)
+    for c, r0 in enumerate(range(0, n, chunk_rows)):
+        rows = min(chunk_rows, n - r0)
+        arr[r0:r0 + rows] = shifted_digits(images, rows, seed=np.random.SeedSequence(seed, spawn_key=(c,)))
+    arr.attrs["complete"] = True
+    arr.attrs["description"] = f"{n} MNIST training digits shifted by up to 2 pixels, seed {seed}"
+    return path
 
 
 def _version(name: str) -> str | None:
@@ -166,7 +214,7 @@ def machine_info() -> dict:
         "versions": {name: _version(name) for name in _PACKAGES},
         "git_commit": _git_commit(),
         "env": {k: v for k, v in os.environ.items()
-                if k.startswith(("OPENBLAS", "OMP_", "MKL_", "BLIS", "NVPL")) or k == "DSGD_DATASETS"},
+                if k.startswith(("OPENBLAS", "OMP_", "MKL_", "BLIS", "NVPL")) or k == "DSGD_DATA_DIR"},
     }
     try:
         import psutil

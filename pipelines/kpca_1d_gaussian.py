@@ -42,7 +42,6 @@ from dsgd_dask import DSGDKernelPCA
 from dsgd_dask.metrics import principal_angle_sin2
 
 N_COMPONENTS = 3
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 #: Problem sizes and step sizes. Steps default to one pass over the data and the feature
 #: budget to ``steps x block_size``, so that a new block is added at every step of the run
@@ -238,7 +237,7 @@ def run(out, size: str = "default", *, n_samples: int | None = None, n_features:
         block_size: int | None = None, batch_size: int | None = None, n_steps: int | None = None,
         chunks: int | None = None, eta0: float | None = None, eta_decay: float | None = None,
         seed: int = 0, scale: float = SCALE, bandwidth: float = BANDWIDTH, n_heldout: int = N_HELDOUT,
-        data_dir=None, verbose: bool = True) -> dict:
+        verbose: bool = True) -> dict:
     """Fit DSGD kernel PCA on 1-D Gaussian data in Zarr and compare it with the closed form.
 
     Parameters
@@ -259,8 +258,6 @@ def run(out, size: str = "default", *, n_samples: int | None = None, n_features:
         Standard deviation ``s`` of the data and kernel bandwidth ``l``.
     n_heldout : int
         Held-out points drawn from N(0, s^2) on which the potential is measured.
-    data_dir : str or Path, optional
-        Directory of the real datasets; not used by this pipeline.
     verbose : bool
         Print progress bars and a short report.
 
@@ -269,7 +266,6 @@ def run(out, size: str = "default", *, n_samples: int | None = None, n_features:
     dict
         The summary written to ``kpca_1d_gaussian.json``.
     """
-    del data_dir  # accepted for uniformity with the other pipelines
     if size not in SIZES:
         raise ValueError(f"size must be one of {sorted(SIZES)}, got {size!r}")
     given = {"n_samples": n_samples, "n_features": n_features, "block_size": block_size,
@@ -297,8 +293,9 @@ def run(out, size: str = "default", *, n_samples: int | None = None, n_features:
     truth_heldout = analytic_eigenfunctions(heldout, scale, bandwidth, N_COMPONENTS)
     monitor = PotentialMonitor(heldout, truth_heldout, cfg["batch_size"])
 
-    kpca = DSGDKernelPCA(
+    kpca = DSGDKernelPCA(  # the paper's algorithm: random Fourier blocks, doubly stochastic steps
         n_components=N_COMPONENTS, kernel="gaussian", bandwidth=bandwidth, center=False,
+        features="fourier", solver="oja",
         n_features=cfg["n_features"], block_size=cfg["block_size"], batch_size=cfg["batch_size"],
         max_iter=cfg["n_steps"], eta0=cfg["eta0"], eta_decay=cfg["eta_decay"], verbose=verbose,
         random_state=seed,
@@ -370,11 +367,6 @@ def run(out, size: str = "default", *, n_samples: int | None = None, n_features:
     return summary
 
 
-def _default_data_dir() -> Path | None:
-    path = REPO_ROOT.parent / "shared" / "datasets"
-    return path if path.is_dir() else None
-
-
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="results/kpca_1d", help="output folder (default: results/kpca_1d)")
@@ -390,14 +382,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--eta0", type=float, help="step size numerator, relative to lambda_1 (overrides --size)")
     parser.add_argument("--eta-decay", type=float, help="step size decay theta_1 (overrides --size)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the data, held-out points and model (default: 0)")
-    parser.add_argument("--data-dir", type=Path, default=_default_data_dir(),
-                        help="real-datasets directory, not used by this pipeline "
-                        "(default: ../shared/datasets beside the repository, if present)")
     args = parser.parse_args(argv)
     return run(args.out, args.size, n_samples=args.n_samples, n_features=args.n_features,
                block_size=args.block_size, batch_size=args.batch_size, n_steps=args.n_steps,
-               chunks=args.chunks, eta0=args.eta0, eta_decay=args.eta_decay, seed=args.seed,
-               data_dir=args.data_dir)
+               chunks=args.chunks, eta0=args.eta0, eta_decay=args.eta_decay, seed=args.seed)
 
 
 if __name__ == "__main__":

@@ -76,7 +76,10 @@ def test_empty_input():
     [
         ({"n_components": 300, "n_features": 256, "block_size": 256}, ValueError,
          "n_components=300 must be <= n_features"),
-        ({"n_components": 70, "n_features": 1024, "block_size": 64}, ValueError, "block_size"),
+        ({"n_components": 70, "n_features": 1024, "block_size": 64, "solver": "oja", "features": "fourier"},
+         ValueError, "block_size"),
+        ({"n_components": 70, "n_features": 1024, "block_size": 64}, ValueError,
+         r"n_components=70 must be <= n_features=60 \(Nyström features: at most the 60 rows\)"),
         ({"n_components": 0}, ValueError, "n_components must be >= 1"),
         ({"n_components": 2.5}, TypeError, "n_components must be an integer"),
         ({"bandwidth": 0.0}, ValueError, "bandwidth must be a positive"),

@@ -15,7 +15,9 @@ import zarr
 
 from dsgd_dask import DSGDKernelPCA
 
-PARAMS = dict(n_components=3, n_features=1024, block_size=64, batch_size=32, max_iter=80, random_state=7)
+# the paper's algorithm: checkpoints every few steps (the subspace solver's are in test_subspace.py)
+PARAMS = dict(n_components=3, solver="oja", features="fourier", n_features=1024, block_size=64, batch_size=32,
+              max_iter=80, random_state=7)
 
 CHILD = """
 import time, dask.array as da

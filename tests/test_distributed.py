@@ -15,7 +15,9 @@ from distributed import Client, LocalCluster, get_task_stream
 
 from dsgd_dask import DSGDKernelPCA
 
-PARAMS = dict(n_components=3, n_features=1024, block_size=128, batch_size=64, max_iter=60, random_state=1)
+# the paper's algorithm: chunk tasks of steps and data-parallel steps
+PARAMS = dict(n_components=3, solver="oja", features="fourier", n_features=1024, block_size=128, batch_size=64,
+              max_iter=60, random_state=1)
 
 
 @pytest.fixture(scope="module")
@@ -86,3 +88,26 @@ def test_data_parallel_steps_on_local_cluster(store, partitioned_reference, n_wo
     part_workers = {t["worker"] for t in stream.data if str(t["key"]).startswith("dsgd-part-")}
     assert len(part_workers) == n_workers  # the parts of a step ran on every worker
     np.testing.assert_allclose(model.model_.coef, partitioned_reference.model_.coef, rtol=1e-12, atol=1e-15)
+
+
+# -- the default solver: full-data passes as reductions over the chunks --------------------------
+
+SUBSPACE = dict(n_components=3, n_features=1024, block_size=256, tol=1e-8, max_iter=6, random_state=1)
+
+
+@pytest.fixture(scope="module")
+def subspace_reference(store):
+    with dask.config.set(scheduler="sync"):
+        return DSGDKernelPCA(**SUBSPACE).fit(da.from_zarr(store))
+
+
+@pytest.mark.parametrize("n_workers", [1, 2])
+def test_full_passes_on_local_cluster(store, subspace_reference, n_workers):
+    with _cluster(n_workers) as cluster, Client(cluster) as client, get_task_stream(client) as stream:
+        model = DSGDKernelPCA(**SUBSPACE).fit(da.from_zarr(store))
+    pass_workers = {t["worker"] for t in stream.data if "dsgd-pass-" in str(t["key"])}
+    assert len(pass_workers) == n_workers  # every pass ran on all the workers at once
+    assert model.n_iter_ == subspace_reference.n_iter_ >= 2
+    assert np.array_equal(model.model_.coef, subspace_reference.model_.coef)
+    assert np.array_equal(model.eigenvalues_, subspace_reference.eigenvalues_)
+    assert np.array_equal(model.model_.offset, subspace_reference.model_.offset)

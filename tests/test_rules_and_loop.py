@@ -12,6 +12,9 @@ from dsgd_dask import DSGDKernelPCA
 from dsgd_dask.metrics import principal_angle_sin2
 from dsgd_dask.rules import apply_update, batch_statistics, shrink_matrix
 
+#: The paper's algorithm: random Fourier blocks and doubly stochastic steps (what this file tests).
+PAPER = dict(solver="oja", features="fourier")
+
 
 def _features(n=4000, p=12, seed=0):
     rng = np.random.default_rng(seed)
@@ -43,10 +46,11 @@ def test_rules_reach_the_dense_principal_subspace(ordered):
 
 
 def test_divergence_guard_recovers(blobs):
-    ref = DSGDKernelPCA(2, n_features=512, block_size=64, max_iter=150, random_state=0).fit(blobs)
+    ref = DSGDKernelPCA(2, **PAPER, n_features=512, block_size=64, max_iter=150, random_state=0).fit(blobs)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        wild = DSGDKernelPCA(2, n_features=512, block_size=64, max_iter=150, eta0=64.0, random_state=0).fit(blobs)
+        wild = DSGDKernelPCA(2, **PAPER, n_features=512, block_size=64, max_iter=150, eta0=64.0,
+                             random_state=0).fit(blobs)
     assert any("diverged" in str(w.message) for w in caught)
     Z = wild.transform(blobs)
     assert np.isfinite(Z).all()
@@ -57,8 +61,8 @@ def test_divergence_guard_recovers(blobs):
 
 def test_partial_fit_streams_like_fit(blobs):
     params = dict(n_components=2, n_features=1024, block_size=128, batch_size=64, random_state=0)
-    full = DSGDKernelPCA(max_iter=200, **params).fit(blobs)
-    stream = DSGDKernelPCA(**params)
+    full = DSGDKernelPCA(**PAPER, max_iter=200, **params).fit(blobs)
+    stream = DSGDKernelPCA(**PAPER, **params)
     for _ in range(3):
         for piece in np.array_split(blobs, 5):
             stream.partial_fit(piece)
@@ -70,9 +74,9 @@ def test_partial_fit_streams_like_fit(blobs):
 
 def test_fit_is_reproducible_and_seed_dependent(blobs):
     params = dict(n_components=2, n_features=512, block_size=64, max_iter=50)
-    a = DSGDKernelPCA(random_state=3, **params).fit(blobs)
-    b = DSGDKernelPCA(random_state=3, **params).fit(blobs)
-    c = DSGDKernelPCA(random_state=4, **params).fit(blobs)
+    a = DSGDKernelPCA(**PAPER, random_state=3, **params).fit(blobs)
+    b = DSGDKernelPCA(**PAPER, random_state=3, **params).fit(blobs)
+    c = DSGDKernelPCA(**PAPER, random_state=4, **params).fit(blobs)
     np.testing.assert_array_equal(a.model_.coef, b.model_.coef)
     assert not np.allclose(a.model_.coef, c.model_.coef)
 
@@ -80,14 +84,14 @@ def test_fit_is_reproducible_and_seed_dependent(blobs):
 def test_pickled_model_transforms_identically(blobs):
     import cloudpickle
 
-    model = DSGDKernelPCA(2, n_features=512, block_size=64, max_iter=30, random_state=0).fit(blobs)
+    model = DSGDKernelPCA(2, **PAPER, n_features=512, block_size=64, max_iter=30, random_state=0).fit(blobs)
     for dumps in (pickle.dumps, cloudpickle.dumps):
         clone = pickle.loads(dumps(model))
         np.testing.assert_array_equal(clone.transform(blobs), model.transform(blobs))
 
 
 def test_feature_names_out(blobs):
-    model = DSGDKernelPCA(3, n_features=256, block_size=64, max_iter=5, random_state=0).fit(blobs)
+    model = DSGDKernelPCA(3, **PAPER, n_features=256, block_size=64, max_iter=5, random_state=0).fit(blobs)
     assert list(model.get_feature_names_out()) == ["dsgdkernelpca0", "dsgdkernelpca1", "dsgdkernelpca2"]
     assert model.n_features_in_ == 5
     assert model.n_features_ == 256
@@ -99,7 +103,7 @@ def test_every_kernel_fits(blobs, kernel):
 
     from dsgd_dask.features import kernel_matrix
 
-    model = DSGDKernelPCA(2, kernel=kernel, n_features=2048, max_iter=300, random_state=0).fit(blobs)
+    model = DSGDKernelPCA(2, **PAPER, kernel=kernel, n_features=2048, max_iter=300, random_state=0).fit(blobs)
     # dense reference with the same kernel and bandwidth: exact centred kernel PCA
     K = kernel_matrix(model.kernel_, blobs)
     exact = KernelPCA(3, kernel="precomputed").fit(K)
@@ -115,7 +119,8 @@ def test_partial_sums_equal_one_step_on_the_union(blobs, ordered):
     from dsgd_dask.engine.steps import KPCAConfig, kpca_step
     from dsgd_dask.rules import StepSums
 
-    model = DSGDKernelPCA(3, n_features=512, block_size=64, max_iter=12, ordered=ordered, random_state=0).fit(blobs)
+    model = DSGDKernelPCA(3, **PAPER, n_features=512, block_size=64, max_iter=12, ordered=ordered,
+                          random_state=0).fit(blobs)
     features, coef = model._features, model.state_.coef
     for n_blocks in (coef.shape[0] // 64 + 1, coef.shape[0] // 64):  # a growing step and a revisiting step
         cfg = KPCAConfig(n_blocks=n_blocks, batch_size=96, eta_decay=0.01, center=True, ordered=ordered,
@@ -135,6 +140,6 @@ def test_data_parallel_fit_matches_subspace(blobs):
     import dask.array as da
 
     params = dict(n_components=2, n_features=1024, block_size=128, max_iter=200, random_state=0)
-    one = DSGDKernelPCA(**params).fit(blobs)
-    two = DSGDKernelPCA(**params, n_partitions=2).fit(da.from_array(blobs, chunks=(100, 5)))
+    one = DSGDKernelPCA(**PAPER, **params).fit(blobs)
+    two = DSGDKernelPCA(**PAPER, **params, n_partitions=2).fit(da.from_array(blobs, chunks=(100, 5)))
     assert principal_angle_sin2(one.transform(blobs), two.transform(blobs)) < 0.02

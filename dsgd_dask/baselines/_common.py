@@ -9,9 +9,8 @@ import scipy.linalg
 
 from dsgd_dask._threads import one_blas_thread
 
-#: Spawn-key tags of the baselines' own random streams (feature blocks use ``(j,)``,
-#: data streams and samples the tags in :mod:`dsgd_dask.streams.batches`).
-LANDMARK_KEY = 0x4E59
+#: Spawn-key tag of the baselines' own random stream (feature blocks use ``(j,)``;
+#: data streams, samples and landmarks the tags in :mod:`dsgd_dask.streams.batches`).
 KHA_TAG = 0x4B48
 
 

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import dask
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
 from dsgd_dask._linalg import small_eigh
 from dsgd_dask._validation import check_choice, check_int
-from dsgd_dask.baselines._common import LANDMARK_KEY, fingerprint, top_eigenpairs
+from dsgd_dask.baselines._common import fingerprint, top_eigenpairs
 from dsgd_dask.baselines._moments import FourierMap, LinearProjection, NystroemMap, feature_moments
 from dsgd_dask.estimators._base import RandomFeatureEstimatorMixin
 from dsgd_dask.estimators.kpca import N_SAMPLE
 from dsgd_dask.features.kernels import kernel_matrix
-from dsgd_dask.streams.batches import sample_rows
-from dsgd_dask.streams.inputs import check_finite_block
+from dsgd_dask.streams.batches import landmark_rows, sample_rows
 from dsgd_dask.transform.lazy import apply_rows
 
 #: Rows of the seeded sample whose mean features shift the accumulated products.
@@ -340,11 +338,4 @@ class NystroemPCA(_FeatureSpacePCA):
 
 def _landmark_rows(view, m: int, seed: int) -> np.ndarray:
     """``m`` distinct rows drawn uniformly (seeded), as float64; lazy inputs read only those rows."""
-    rng = np.random.Generator(np.random.SFC64(np.random.SeedSequence(seed, spawn_key=(LANDMARK_KEY,))))
-    idx = np.sort(rng.choice(view.n_samples, size=m, replace=False))
-    if view.is_dask:
-        (rows,) = dask.compute(view.data[idx])
-        check_finite_block(rows, "the landmark rows")
-    else:
-        rows = view.data[idx]
-    return np.asarray(rows, dtype=np.float64)
+    return landmark_rows(view, m, seed)

@@ -37,6 +37,7 @@ class Checkpointer:
         self.every = int(every)
         self.fingerprint = fingerprint
         self.seed: int | None = None
+        self.extra: dict = {}
         self._last = None
 
     def existing(self) -> tuple[int, KPCAState] | None:
@@ -49,14 +50,16 @@ class Checkpointer:
                 f"the checkpoint at {self.path} belongs to a different fit (other parameters or data); "
                 "delete it or choose another checkpoint path"
             )
-        state = KPCAState(arrays["coef"], int(attrs["step"]), float(attrs["eta_scale"]))
+        state = KPCAState(arrays.pop("coef"), int(attrs["step"]), float(attrs["eta_scale"]))
+        self.extra = arrays
         self._last = state.step
         return int(attrs["seed"]), state
 
-    def save(self, state: KPCAState) -> None:
+    def save(self, state: KPCAState, extra: dict | None = None) -> None:
+        """Write ``state`` (and ``extra`` arrays, returned in :attr:`extra` on resume)."""
         attrs = {"fingerprint": self.fingerprint, "seed": self.seed, "step": state.step,
                  "eta_scale": state.eta_scale}
-        write_store(self.path, "checkpoint", attrs, {"coef": state.coef}, overwrite=True)
+        write_store(self.path, "checkpoint", attrs, {**(extra or {}), "coef": state.coef}, overwrite=True)
         self._last = state.step
 
     def maybe_save(self, state: KPCAState) -> None:

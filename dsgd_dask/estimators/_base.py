@@ -98,9 +98,10 @@ class RandomFeatureEstimatorMixin:
             raise TypeError(f"bandwidth must be 'median' or a positive number, got {bw!r}")
         return spec.with_bandwidth(bw)
 
-    def _make_features(self, spec: KernelSpec, sample: np.ndarray, seed: int) -> RandomFeatures:
+    def _make_features(self, spec: KernelSpec, sample: np.ndarray, seed: int,
+                       block_size: int | None = None) -> RandomFeatures:
         dtype = check_choice(self.compute_dtype, "compute_dtype", ("float32", "float64"))
-        block_size = check_int(self.block_size, "block_size")
+        block_size = check_int(self.block_size if block_size is None else block_size, "block_size")
         cache = None if self.cache_bytes is None else check_int(self.cache_bytes, "cache_bytes", 0)
         center = sample.mean(axis=0, dtype=np.float64) if spec.shift_invariant else None
         return RandomFeatures(spec, sample.shape[1], block_size, seed, dtype, center=center, cache_bytes=cache)

@@ -13,14 +13,17 @@ from dsgd_dask._linalg import small_eigh
 from dsgd_dask._threads import one_blas_thread
 from dsgd_dask._validation import check_choice, check_float, check_int
 from dsgd_dask.engine.checkpoint import Checkpointer, fit_fingerprint
-from dsgd_dask.engine.loop import Progress, run_plan
+from dsgd_dask.engine.loop import PassProgress, Progress, run_plan
+from dsgd_dask.engine.passes import full_pass
 from dsgd_dask.engine.steps import KPCAConfig, KPCAState
 from dsgd_dask.estimators._base import RandomFeatureEstimatorMixin
 from dsgd_dask.features.blocks import RandomFeatures
 from dsgd_dask.features.kernels import KernelSpec
+from dsgd_dask.features.nystroem import NystroemFeatures
 from dsgd_dask.model.expansion import KernelExpansion
-from dsgd_dask.model.store import write_store
-from dsgd_dask.streams.batches import chunk_tasks, sample_rows, skip_done
+from dsgd_dask.model.store import StoreError, write_store
+from dsgd_dask.rules.subspace import contraction, estimated_error, orthonormal, ritz_step, subspace_sin2
+from dsgd_dask.streams.batches import chunk_tasks, landmark_rows, sample_rows, skip_done
 from dsgd_dask.transform.lazy import apply_rows
 
 #: Rows of the seeded sample used for the bandwidth, the initial solve and the final
@@ -31,6 +34,25 @@ N_INIT = 2_000
 #: A step whose largest component variance exceeds this many times the initial top
 #: eigenvalue counts as diverged.
 GUARD_FACTOR = 10.0
+#: Default block sizes: Nyström blocks are whitened per block, and larger blocks
+#: represent the kernel better (the whitening costs nothing per row in the passes);
+#: Fourier blocks are the paper's.
+NYSTROEM_BLOCK = 1024
+FOURIER_BLOCK = 256
+#: Default feature budget of the subspace solver: ``max(2048, 64 k)``.
+SUBSPACE_MIN_FEATURES = 2048
+SUBSPACE_FEATURES_PER_COMPONENT = 64
+#: Default largest number of full-data passes of the subspace solver.
+SUBSPACE_MAX_PASSES = 20
+#: Floats of features held for the warm start on the sample (128 MiB in float32).
+WARM_FLOATS = 1 << 25
+#: Iterations of the warm start on the in-memory sample (each far cheaper than a pass),
+#: stopped early once the estimated error on the sample is below ``WARM_TOL``: the sample
+#: itself is only that accurate.
+WARM_ITERATIONS = 50
+WARM_TOL = 1e-4
+#: Spawn-key tag of the warm start's random block.
+WARM_TAG = 0x5741
 
 
 class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin,
@@ -154,11 +176,16 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
     """
 
     def __init__(self, n_components=5, *, kernel="gaussian", bandwidth="median", kernel_params=None,
-                 n_features="auto", block_size=256, batch_size=256, max_iter="auto", shuffle_chunks=1,
+                 features="nystroem", solver="subspace", n_features="auto", block_size="auto",
+                 n_oversamples="auto", tol=1e-4, batch_size=256, max_iter="auto", shuffle_chunks=1,
                  n_partitions=1, eta0=0.5, eta_decay=0.01, init="rca", center=True, ordered=False,
                  compute_dtype="float32", cache_bytes=None, checkpoint=None, checkpoint_every=100,
                  verbose=False, random_state=None):
         self.n_components = n_components
+        self.features = features
+        self.solver = solver
+        self.n_oversamples = n_oversamples
+        self.tol = tol
         self.kernel = kernel
         self.bandwidth = bandwidth
         self.kernel_params = kernel_params
@@ -220,9 +247,15 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
                 ckpt.seed = self.seed_
                 if seed is not None:
                     self.state_ = resumed
-            self._run(view, self._params["max_iter"], epoch_offset=0, callback=callback, checkpointer=ckpt)
-            self._finalise(self._sample)
+            self.convergence_ = []
+            if self._params["solver"] == "subspace":
+                self._fit_passes(view, callback=callback, checkpointer=ckpt)
+                self._finalise_passes(self._sample)
+            else:
+                self._run(view, self._params["max_iter"], epoch_offset=0, callback=callback, checkpointer=ckpt)
+                self._finalise(self._sample)
         del self._sample
+        del self._basis
         return self
 
     def partial_fit(self, X, y=None):
@@ -246,8 +279,16 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
         with one_blas_thread():
             if first:
                 self._initialise(view)
+                self.convergence_ = []
                 sample = self._sample
                 del self._sample
+                if self._params["solver"] == "subspace":
+                    # the first call fits by full passes over X; later calls take steps
+                    self._fit_passes(view)
+                    self._finalise_passes(sample)
+                    del self._basis
+                    return self
+                del self._basis
             else:
                 sample = sample_rows(view, N_SAMPLE, self.seed_, key=self.n_passes_ + 1)
             n_steps = max(1, -(-view.n_samples // self._params["batch_size"]))
@@ -257,24 +298,46 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
 
     def _check_params(self, n_samples: int) -> dict:
         k = check_int(self.n_components, "n_components")
-        block = check_int(self.block_size, "block_size")
+        kind = check_choice(self.features, "features", ("nystroem", "fourier"))
+        solver = check_choice(self.solver, "solver", ("subspace", "oja"))
+        block = check_int(self.block_size, "block_size", allow=("auto",))
+        if block == "auto":
+            block = NYSTROEM_BLOCK if kind == "nystroem" else FOURIER_BLOCK
         budget = check_int(self.n_features, "n_features", allow=("auto",))
         if budget == "auto":
-            budget = min(4096, max(1024, 2 * n_samples))
-        n_blocks = -(-budget // block)
+            budget = (max(SUBSPACE_MIN_FEATURES, SUBSPACE_FEATURES_PER_COMPONENT * k) if solver == "subspace"
+                      else min(4096, max(1024, 2 * n_samples)))
+        if kind == "nystroem":
+            # landmarks are distinct rows of the data
+            block = min(block, n_samples)
+            n_blocks = max(1, min(-(-budget // block), n_samples // block))
+        else:
+            n_blocks = -(-budget // block)
         if k > n_blocks * block:
-            raise ValueError(f"n_components={k} must be <= n_features={n_blocks * block}")
-        if k > block:
+            raise ValueError(f"n_components={k} must be <= n_features={n_blocks * block}"
+                             + (f" (Nyström features: at most the {n_samples} rows)" if kind == "nystroem" else ""))
+        if solver == "oja" and k > block:
             raise ValueError(f"n_components={k} must be <= block_size={block} (the initial block)")
+        oversamples = check_int(self.n_oversamples, "n_oversamples", 0, allow=("auto",))
+        if oversamples == "auto":
+            oversamples = k + 10
+        tol = check_float(self.tol, "tol", strict=False)
         max_iter = check_int(self.max_iter, "max_iter", allow=("auto",))
         batch = check_int(self.batch_size, "batch_size")
         if max_iter == "auto":
-            epochs3 = 3 * -(-n_samples // batch)
-            max_iter = max(250, min(epochs3, 3000))
+            if solver == "subspace":
+                max_iter = SUBSPACE_MAX_PASSES
+            else:
+                epochs3 = 3 * -(-n_samples // batch)
+                max_iter = max(250, min(epochs3, 3000))
         return {
             "n_components": k,
+            "features": kind,
+            "solver": solver,
             "block_size": block,
             "n_blocks": n_blocks,
+            "n_oversamples": oversamples,
+            "tol": tol,
             "batch_size": batch,
             "max_iter": max_iter,
             "shuffle_chunks": check_int(self.shuffle_chunks, "shuffle_chunks"),
@@ -292,22 +355,36 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
         self.seed_ = self._seed(self.random_state) if seed is None else seed
         sample = sample_rows(view, N_SAMPLE, self.seed_)
         spec = self._kernel_spec(sample)
-        features = self._make_features(spec, sample, self.seed_)
+        if p["features"] == "nystroem":
+            dtype = check_choice(self.compute_dtype, "compute_dtype", ("float32", "float64"))
+            rows = landmark_rows(view, p["n_blocks"] * p["block_size"], self.seed_, shuffle=True)
+            center = sample.mean(axis=0, dtype=np.float64) if spec.shift_invariant else None
+            features = NystroemFeatures(spec, rows, p["block_size"], self.seed_, dtype, center=center)
+        else:
+            features = self._make_features(spec, sample, self.seed_, p["block_size"])
         k = p["n_components"]
-        z0 = features.transform(sample[:N_INIT], 0, 1).astype(np.float64)
-        if p["center"]:
-            z0 -= z0.mean(axis=0)
-        vals, vecs = small_eigh(z0.T @ z0 / z0.shape[0])
-        vals, vecs = vals[::-1], vecs[:, ::-1]
-        lam = float(vals[0])
+        if p["solver"] == "subspace":
+            basis, vals = self._warm_start(features, sample)
+            lam = float(vals[0])
+        else:
+            z0 = features.transform(sample[:N_INIT], 0, 1).astype(np.float64)
+            if p["center"]:
+                z0 -= z0.mean(axis=0)
+            vals, vecs = small_eigh(z0.T @ z0 / z0.shape[0])
+            vals, vecs = vals[::-1], vecs[:, ::-1]
+            lam = float(vals[0])
+            basis = None
         if not np.isfinite(lam) or lam <= 0:
             raise ValueError("the data sample has no variance under this kernel; check the bandwidth")
-        if p["init"] == "rca":
+        if p["solver"] == "subspace":
+            coef = basis[:, :k] / np.sqrt(p["n_blocks"])
+        elif p["init"] == "rca":
             coef = vecs[:, :k].copy()
         else:
             rng = np.random.default_rng(self.seed_)
             coef = rng.standard_normal((features.block_size, k)) * 1e-3
         self.state_ = KPCAState(coef, 0, p["eta0"] / lam)
+        self._basis = basis
         self._config = KPCAConfig(
             n_blocks=p["n_blocks"], batch_size=p["batch_size"], eta_decay=p["eta_decay"],
             center=p["center"], ordered=p["ordered"], guard_limit=GUARD_FACTOR * lam,
@@ -317,6 +394,110 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
         self.bandwidth_ = spec.bandwidth
         self.kernel_ = spec
         self.n_passes_ = 0
+
+    # -- the subspace solver -----------------------------------------------------------------
+    def _warm_start(self, features, sample: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """An orthonormal block of ``p`` directions from subspace iterations on the sample.
+
+        The features of (part of) the sample are held in memory, so each iteration is two
+        small products; the block is the starting point of the full-data passes. Also sets
+        the raw-feature shift the passes subtract. Returns the block (in the space of the
+        concatenated features) and its Ritz values (per block, as the passes report them).
+        """
+        p = self._params
+        J, m = p["n_blocks"], features.block_size
+        M = J * m
+        rows = int(min(sample.shape[0], max(N_INIT, WARM_FLOATS // M)))
+        width = min(p["n_components"] + p["n_oversamples"], M)
+        raw = features.raw_transform(sample[:rows], 0, J)
+        self._shift = raw.mean(axis=0, dtype=np.float64)
+        del raw
+        Z = features.transform(sample[:rows], 0, J)
+        if p["center"]:
+            Z -= Z.mean(axis=0, dtype=np.float64).astype(Z.dtype)
+        rng = np.random.Generator(np.random.SFC64(np.random.SeedSequence(self.seed_, spawn_key=(WARM_TAG,))))
+        V = orthonormal(rng.standard_normal((M, width)))
+        if p["init"] == "random":
+            # the random block itself (rotated to its Ritz vectors): the passes start from scratch
+            CV = (Z.T @ (Z @ V.astype(Z.dtype))).astype(np.float64) / rows
+            R, lam, _ = ritz_step(V, CV)
+            return R, lam
+        k = p["n_components"]
+        prev = None
+        for _ in range(WARM_ITERATIONS):
+            CV = (Z.T @ (Z @ V.astype(Z.dtype))).astype(np.float64) / rows
+            R, lam, V = ritz_step(V, CV)
+            if prev is not None and estimated_error(subspace_sin2(prev, R[:, :k]),
+                                                    contraction(lam, k)) <= WARM_TOL:
+                break
+            prev = R[:, :k]
+        return R, lam
+
+    def _fit_passes(self, view, callback=None, checkpointer=None) -> None:
+        """Full-data passes of block subspace iteration from the warm start, until converged."""
+        p = self._params
+        J, k = p["n_blocks"], p["n_components"]
+        features = self._features
+        V = self._basis
+        prev = V[:, :k]
+        done, start = False, 0
+        lam = mean = None
+        if checkpointer is not None and checkpointer.extra:
+            ex = checkpointer.extra
+            width = V.shape[1]
+            V, prev = self.state_.coef[:, :width].copy(), self.state_.coef[:, width:].copy()
+            lam, mean, done = ex["lam"], ex["mean"], bool(ex["done"][0])
+            self._shift = ex["shift"]
+            start = self.state_.step
+        token = _fingerprint(KernelExpansion(features, np.zeros((J * features.block_size, 1))))
+        progress = PassProgress(p["max_iter"]) if self.verbose else None
+        t = start
+        while not done and t < p["max_iter"]:
+            sums = full_pass(view, features, J, V, self._shift, p["center"], token=token)
+            R, lam, V_next = ritz_step(V, sums.cov_times)
+            mean = sums.mean
+            # the first pass re-solves the warm start's block on all rows; only from the second
+            # on do successive Ritz spaces come from successive blocks, and measure convergence
+            change = subspace_sin2(prev, R[:, :k])
+            err = estimated_error(change, contraction(lam, k)) if t > 0 else None
+            t += 1
+            done = err is not None and err <= p["tol"]
+            self.convergence_.append({"pass": t, "change": change, "estimated_error": err,
+                                      "eigenvalues": (lam[:k] / J).tolist()})
+            V, prev = V_next, R[:, :k]
+            if progress is not None:
+                progress.update(t, change, err)
+            if checkpointer is not None:
+                checkpointer.save(KPCAState(np.hstack([V, prev]), t, 0.0),
+                                  {"lam": lam, "mean": mean, "done": np.array([done]), "shift": self._shift})
+            if callback is not None:
+                callback(t, KernelExpansion(features, prev / np.sqrt(J)))
+        if progress is not None:
+            progress.close()
+        if lam is None:  # max_iter passes already taken: nothing to refine
+            raise ValueError("max_iter must allow at least one pass over the data")
+        self.n_iter_ = t
+        self.n_passes_ = t
+        coef = prev / np.sqrt(J)
+        self.state_ = KPCAState(coef, 0, self.state_.eta_scale)
+        self._pass_result = (lam[:k] / J, mean)
+
+    def _finalise_passes(self, sample: np.ndarray) -> None:
+        """Centring offset from the full-data mean, eigenvalues from the last pass, signs from the sample."""
+        vals, mean = self._pass_result
+        coef = self.state_.coef
+        offset = mean @ coef if self._config.center else np.zeros(coef.shape[1])
+        h = KernelExpansion(self._features, coef, offset).evaluate(sample)
+        signs = np.sign(h[np.abs(h).argmax(axis=0), np.arange(h.shape[1])])
+        signs[signs == 0] = 1.0
+        coef = coef * signs
+        self.state_ = KPCAState(coef, 0, self.state_.eta_scale)
+        self.model_ = KernelExpansion(self._features, coef, offset * signs)
+        self.model_.token = _fingerprint(self.model_)
+        self.eigenvalues_ = np.asarray(vals, dtype=np.float64)
+        self.n_features_ = coef.shape[0]
+        self._n_features_out = coef.shape[1]
+        del self._pass_result
 
     def _run(self, view, n_steps: int, epoch_offset: int, callback=None, checkpointer=None) -> None:
         """Run steps ``[step0, step0 + n_steps)`` of the plan that starts at ``self.state_.step``.
@@ -438,6 +619,9 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
                   "state_coef": self.state_.coef}
         if features.center is not None:
             arrays["center"] = features.center
+        if isinstance(features, NystroemFeatures):
+            arrays["landmarks"] = features.landmarks
+            arrays["normalization"] = features.normalization
         return attrs, arrays
 
     @classmethod
@@ -446,8 +630,17 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
         fitted = attrs["fitted"]
         fd = attrs["features"]
         spec = KernelSpec(**fd["kernel"])
-        features = RandomFeatures(spec, fd["n_features_in"], fd["block_size"], fd["seed"], fd["dtype"],
-                                  center=arrays.get("center"), cache_bytes=est.cache_bytes)
+        kind = fd.get("kind", "fourier")
+        if kind == "nystroem":
+            if "landmarks" not in arrays or "normalization" not in arrays:
+                raise StoreError("the model store has Nyström features but no landmarks or whitening arrays")
+            features = NystroemFeatures(spec, arrays["landmarks"], fd["block_size"], fd["seed"], fd["dtype"],
+                                        center=arrays.get("center"), normalization=arrays["normalization"])
+        elif kind == "fourier":
+            features = RandomFeatures(spec, fd["n_features_in"], fd["block_size"], fd["seed"], fd["dtype"],
+                                      center=arrays.get("center"), cache_bytes=est.cache_bytes)
+        else:
+            raise StoreError(f"the model store has features of unknown kind {kind!r}")
         est._features = features
         est._config = KPCAConfig(**fitted["config"])
         est._params = fitted["resolved_params"]
@@ -474,12 +667,14 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
     def __getstate__(self):
         state = self.__dict__.copy()
         state.pop("_sample", None)
+        state.pop("_basis", None)
         return state
 
 
 def _fingerprint(model: KernelExpansion) -> str:
-    h = hashlib.sha1(repr(sorted(model.features.to_dict().items())).encode())
-    for arr in (model.coef, model.offset, model.features.center):
+    f = model.features
+    h = hashlib.sha1(repr(sorted(f.to_dict().items())).encode())
+    for arr in (model.coef, model.offset, f.center, getattr(f, "landmarks", None), getattr(f, "normalization", None)):
         if arr is not None:
             h.update(np.ascontiguousarray(arr).tobytes())
     return h.hexdigest()

@@ -217,8 +217,9 @@ class RandomFeatures:
             fill_block(self.kernel, self.seed, first + i, wt[i * m:(i + 1) * m], b[i * m:(i + 1) * m])
 
     def map_pages(self, start_block: int, stop_block: int, fn, n_rows: int = 0) -> list:
-        """``fn(block0, block1, W, b)`` for every page covering ``[start_block, stop_block)``.
+        """``fn(block0, block1, page)`` for every page covering ``[start_block, stop_block)``.
 
+        ``page`` is ``(W, b)`` for blocks ``[block0, block1)``, to pass to :meth:`apply`.
         The pages are generated (or taken from the cache) and passed to ``fn`` in parallel
         threads when ``n_rows`` rows make it worth it, each with one BLAS thread; the
         results come back in page order. ``W`` (``d x`` columns) and ``b`` may live in a
@@ -237,7 +238,7 @@ class RandomFeatures:
             p, lo, hi = span
             w, b = self.page(p, stop_block)
             first = p * bpp
-            return fn(first + lo, first + hi, w[:, lo * m:hi * m], b[lo * m:hi * m])
+            return fn(first + lo, first + hi, (w[:, lo * m:hi * m], b[lo * m:hi * m]))
 
         work = n_rows * self.n_features_in * bpp * m
         with one_blas_thread():
@@ -251,8 +252,9 @@ class RandomFeatures:
             return np.subtract(X, self.center, dtype=self.dtype)
         return X.astype(self.dtype, copy=False)
 
-    def apply(self, Xp: np.ndarray, w: np.ndarray, b: np.ndarray, out=None) -> np.ndarray:
-        """Features of prepared inputs for frequencies ``w`` and phases ``b`` (in place in ``out``)."""
+    def apply(self, Xp: np.ndarray, page, out=None) -> np.ndarray:
+        """Features of prepared inputs for a page ``(W, b)`` of frequencies and phases (in place in ``out``)."""
+        w, b = page
         z = np.matmul(Xp, w, out=out)
         scale = self.dtype.type(np.sqrt(2.0 / self.block_size))
         if self.kernel.shift_invariant:
@@ -277,14 +279,33 @@ class RandomFeatures:
         m = self.block_size
         out = np.empty((Xp.shape[0], (stop_block - start_block) * m), dtype=self.dtype)
 
-        def fill(b0, b1, w, b):
-            self.apply(Xp, w, b, out=out[:, (b0 - start_block) * m:(b1 - start_block) * m])
+        def fill(b0, b1, page):
+            self.apply(Xp, page, out=out[:, (b0 - start_block) * m:(b1 - start_block) * m])
 
         self.map_pages(start_block, stop_block, fill, n_rows=Xp.shape[0])
         return out
 
+    # -- the raw features of the full-data passes -----------------------------------------
+    # Random Fourier features are used as they are: the raw features are the features.
+    raw = apply
+    raw_transform = transform
+
+    def fold(self, coef: np.ndarray) -> np.ndarray:
+        """Coefficients of the features as coefficients of the raw features (the same here)."""
+        return coef
+
+    def unfold(self, grad: np.ndarray) -> np.ndarray:
+        """Sums over raw features as sums over the features (the same here)."""
+        return grad
+
+    @property
+    def max_blocks(self) -> int | None:
+        """Number of blocks available (``None``: any number, regenerated from seeds)."""
+        return None
+
     def to_dict(self) -> dict:
         return {
+            "kind": "fourier",
             "kernel": self.kernel.to_dict(),
             "n_features_in": self.n_features_in,
             "block_size": self.block_size,

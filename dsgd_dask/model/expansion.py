@@ -64,8 +64,8 @@ def evaluate_blocks(features: RandomFeatures, coef: np.ndarray, X: np.ndarray, k
     n_blocks = coef.shape[0] // m
     Xp = features.prepare(X)
 
-    def page(b0, b1, w, b):
-        z = features.apply(Xp, w, b, out=scratch("page-z", (Xp.shape[0], w.shape[1]), features.dtype))
+    def page(b0, b1, payload):
+        z = features.apply(Xp, payload, out=scratch("page-z", (Xp.shape[0], (b1 - b0) * m), features.dtype))
         hp = z @ coef[b0 * m:b1 * m].astype(z.dtype, copy=False)
         kept = None
         if keep_block is not None and b0 <= keep_block < b1:

@@ -18,6 +18,8 @@ from dsgd_dask.streams.inputs import DataView, check_finite_block
 #: Spawn-key tag separating data streams from feature blocks (which use ``(j,)``).
 STREAM_TAG = 0x5354
 SAMPLE_TAG = 0x5341
+#: Spawn-key tag of the landmark draw (Nyström features).
+LANDMARK_TAG = 0x4E59
 #: Mini-batches per slab of an in-memory array.
 BATCHES_PER_SLAB = 64
 
@@ -178,3 +180,23 @@ def sample_rows(view: DataView, n: int, seed: int, key: int = 0, max_chunks: int
         check_finite_block(part, f"chunk {c}")
     sample = np.concatenate(parts)
     return sample[rng.permutation(len(sample))][:n]
+
+
+def landmark_rows(view: DataView, n: int, seed: int, shuffle: bool = False) -> np.ndarray:
+    """``n`` distinct rows drawn uniformly (seeded) from all of ``view``, as float64.
+
+    The rows are read in index order (a lazy input reads only those rows, with one
+    compute); with ``shuffle`` they are returned in a seeded random order, so that
+    consecutive groups of them are uniform draws too. Non-finite rows raise.
+    """
+    rng = np.random.Generator(np.random.SFC64(np.random.SeedSequence(seed, spawn_key=(LANDMARK_TAG,))))
+    idx = np.sort(rng.choice(view.n_samples, size=n, replace=False))
+    if view.is_dask:
+        (rows,) = dask.compute(view.data[idx])
+    else:
+        rows = view.data[idx]
+    rows = np.asarray(rows, dtype=np.float64)
+    check_finite_block(rows, "the landmark rows")
+    if shuffle:
+        rows = rows[rng.permutation(n)]
+    return rows

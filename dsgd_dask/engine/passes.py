@@ -1,0 +1,162 @@
+"""Full-data passes: ``Cov(z) V`` over every row, as a reduction over row chunks.
+
+One pass multiplies the feature covariance by a block of ``p`` coefficient vectors
+without forming it. Each row chunk gives additive sums (packed in one
+``(M + 1) x (p + 1)`` float64 array: ``sum r^T (r B)``, ``sum r``, ``sum r B`` and the row
+count, over the raw features ``r`` of the chunk minus a fixed shift, with ``B`` the
+coefficients folded into raw-feature space); a dask input gets one task per row chunk and
+a tree reduction of the sums, so a pass reads the data once, never gathers it, and runs
+on every worker of a cluster at once. The feature set and the coefficients enter the
+graph once, as keys every chunk task depends on.
+
+Within a chunk, rows are taken in slices and the pages of features of a slice are
+evaluated in parallel threads, each with one BLAS thread, and combined in page order: a
+chunk's sums, and so the pass, are the same on any scheduler and any number of workers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import dask
+import dask.array as da
+import numpy as np
+from dask.base import tokenize
+
+from dsgd_dask._threads import map_ordered, one_blas_thread
+from dsgd_dask.streams.inputs import DataView, check_finite_block
+
+#: Floats of raw features held for one slice of rows (64 MiB in float32).
+SLICE_FLOATS = 1 << 24
+#: Fan-in of the tree reduction over row chunks.
+SPLIT_EVERY = 4
+
+
+def slice_rows(n_features: int) -> int:
+    """Rows per slice: the slice's raw features fit in :data:`SLICE_FLOATS`."""
+    return int(min(4096, max(128, SLICE_FLOATS // max(n_features, 1))))
+
+
+def slab_sums(X: np.ndarray, features, n_blocks: int, raw_coef: np.ndarray, shift: np.ndarray) -> np.ndarray:
+    """The packed sums of one slab of rows (see the module docstring).
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, d)
+        Rows (any real dtype; converted to the feature precision).
+    features : RandomFeatures or NystroemFeatures
+    n_blocks : int
+        Blocks of features in use.
+    raw_coef : ndarray of shape (n_blocks * m, p)
+        Coefficients in raw-feature space (``features.fold``), in the feature precision.
+    shift : ndarray of shape (n_blocks * m,)
+        Subtracted from the raw features (near their mean: no cancellation in float32).
+    """
+    m = features.block_size
+    M, p = raw_coef.shape
+    dtype = features.dtype
+    spans = _spans(features, n_blocks)
+    out = np.zeros((M + 1, p + 1))
+    step = slice_rows(M)
+    with one_blas_thread():
+        for r0 in range(0, X.shape[0], step):
+            Xp = features.prepare(X[r0:r0 + step])
+            rows = Xp.shape[0]
+            buf = np.empty((rows, M), dtype=dtype)
+
+            def first(b0, b1, page, Xp=Xp, buf=buf):
+                r = features.raw(Xp, page, out=buf[:, b0 * m:b1 * m])
+                r -= shift[b0 * m:b1 * m]
+                return r @ raw_coef[b0 * m:b1 * m]
+
+            u = np.zeros((rows, p))
+            for up in features.map_pages(0, n_blocks, first, n_rows=rows):
+                u += up
+            u32 = u.astype(dtype)
+
+            def second(span, buf=buf, u32=u32):
+                b0, b1 = span
+                return buf[:, b0 * m:b1 * m].T @ u32
+
+            parts = map_ordered(second, spans, parallel=rows * M * p >= (1 << 21))
+            for (b0, b1), part in zip(spans, parts, strict=True):
+                out[b0 * m:b1 * m, :p] += part
+            out[:M, p] += buf.sum(axis=0, dtype=np.float64)
+            out[M, :p] += u.sum(axis=0)
+            out[M, p] += rows
+    return out
+
+
+def _spans(features, n_blocks: int) -> list[tuple[int, int]]:
+    bpp = features.blocks_per_page
+    return [(b, min(b + bpp, n_blocks)) for b in range(0, n_blocks, bpp)]
+
+
+def _chunk_sums(block, features, n_blocks, raw_coef, shift, block_info=None):
+    loc = block_info[0]["chunk-location"][0] if block_info else "?"
+    check_finite_block(block, f"row chunk {loc}")
+    return slab_sums(block, features, n_blocks, raw_coef, shift)[None]
+
+
+@dataclass
+class PassSums:
+    """The sums of one pass, in the space of the (whitened) features.
+
+    ``cov_times`` is ``Cov(z) V`` (centred) or ``E[z z^T] V``; ``mean`` the mean feature
+    vector; ``n`` the rows seen.
+    """
+
+    n: int
+    cov_times: np.ndarray  # (M, p)
+    mean: np.ndarray  # (M,)
+
+
+def full_pass(view: DataView, features, n_blocks: int, V: np.ndarray, shift: np.ndarray, center: bool,
+              token: str = "", slab_rows: int = 1 << 15) -> PassSums:
+    """``Cov(z) V`` and the mean of ``z`` over every row of ``view``, in one pass.
+
+    ``V`` holds ``p`` coefficient vectors of the features of the first ``n_blocks``
+    blocks; ``shift`` is the raw features' mean on a sample. A dask input gets one task
+    per row chunk and a tree reduction (computed on the active scheduler); numpy input is
+    summed slab by slab.
+    """
+    M = n_blocks * features.block_size
+    raw_coef = features.fold(V).astype(features.dtype)
+    shift = np.asarray(shift, dtype=features.dtype)
+    X = view.data
+    p = V.shape[1]
+    if isinstance(X, da.Array):
+        if X.numblocks[1] != 1:
+            X = X.rechunk({1: -1})
+        tok = tokenize(X.name, token, raw_coef, shift, n_blocks)
+        # the feature set and the coefficients enter the graph once, not with every task
+        fkey = dask.delayed(features, name=f"dsgd-features-{tokenize(token)}", traverse=False)
+        ckey = dask.delayed(raw_coef, name=f"dsgd-coef-{tok}", traverse=False)
+        skey = dask.delayed(shift, name=f"dsgd-shift-{tok}", traverse=False)
+        name = f"dsgd-pass-{tok}"
+        parts = da.map_blocks(
+            _chunk_sums, X, fkey, n_blocks, ckey, skey,
+            dtype=np.float64,
+            chunks=((1,) * X.numblocks[0], (M + 1,), (p + 1,)),
+            new_axis=2,
+            meta=np.empty((0, 0, 0), dtype=np.float64),
+            name=name,
+        )
+        # unoptimised: the pass tasks keep their names (``dsgd-pass-*``) on a dashboard
+        (total,) = dask.compute(parts.sum(axis=0, split_every=SPLIT_EVERY), optimize_graph=False)
+    else:
+        total = np.zeros((M + 1, p + 1))
+        for r0 in range(0, X.shape[0], slab_rows):
+            total += slab_sums(X[r0:r0 + slab_rows], features, n_blocks, raw_coef, shift)
+    n = total[M, p]
+    cov_times = features.unfold(total[:M, :p]) / n
+    delta = features.unfold(total[:M, p:])[:, 0] / n
+    ubar = total[M, :p] / n
+    mean_raw_shift = features.unfold(shift.astype(np.float64)[:, None])[:, 0]
+    if center:
+        cov_times -= np.outer(delta, ubar)
+    else:
+        # E[z z^T] V from the shifted sums: add back the shift's contributions
+        sV = mean_raw_shift @ V
+        cov_times += np.outer(mean_raw_shift, ubar) + np.outer(delta, sV) + np.outer(mean_raw_shift, sV)
+    return PassSums(round(n), cov_times, mean_raw_shift + delta)

@@ -1,0 +1,312 @@
+"""Nyström feature blocks: the kernel at seeded landmark rows, whitened block by block.
+
+Block ``j`` holds ``m`` landmark rows ``L_j`` drawn from the data and the whitening
+``N_j = K_jj^{-1/2}`` of their kernel matrix ``K_jj = k(L_j, L_j)`` (restricted to its
+numerically nonzero eigenvalues, zero columns beyond the rank), so that the features
+``z_j(x) = k(x, L_j) N_j`` have ``z_j(x) . z_j(y)`` equal to the Nyström approximation
+of ``k(x, y)`` on ``L_j``: the same role as a block of random Fourier features, with
+features that follow the data. A model of ``J`` blocks stores ``J m`` landmark rows and
+``J`` matrices of ``m x m``: ``M d + M m`` numbers for ``M = J m`` features, where one
+Nyström solve on ``M`` landmarks needs an ``M x M`` matrix.
+
+The *raw* features of a block are the kernel sections ``k(x, L_j)``; the whitening is
+linear, so the full-data passes multiply it into the coefficients (:meth:`fold`) and
+into the accumulated sums (:meth:`unfold`) instead of into every row.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.linalg
+
+from dsgd_dask._threads import map_ordered, one_blas_thread, scratch
+from dsgd_dask.features.blocks import PAGE_COLUMNS, PARALLEL_MIN_WORK
+from dsgd_dask.features.kernels import KernelSpec, kernel_matrix
+
+
+def kernel_sections(spec: KernelSpec, Xp: np.ndarray, Lt: np.ndarray, lsq: np.ndarray | None,
+                    out: np.ndarray | None = None) -> np.ndarray:
+    """``k(X, L)`` in the precision of ``Xp``, from prepared rows ``Xp`` and landmarks ``Lt = L^T``.
+
+    Gaussian, Matérn and arc-cosine kernels take one GEMM (``lsq`` holds the squared
+    norms of the landmarks, or their norms for arc-cosine); Laplacian and Cauchy kernels
+    are evaluated in float64 and rounded.
+    """
+    name = spec.name
+    if name in ("laplacian", "cauchy"):
+        res = kernel_matrix(spec, Xp, Lt.T)
+        if out is None:
+            return res.astype(Xp.dtype)
+        out[...] = res
+        return out
+    K = np.matmul(Xp, Lt, out=out)
+    dt = K.dtype.type
+    s = spec.bandwidth
+    if name == "arccos":
+        nx = np.sqrt(np.einsum("ij,ij->i", Xp, Xp)).astype(K.dtype)
+        denom = np.multiply.outer(nx, lsq.astype(K.dtype))  # |x| |l|
+        with np.errstate(invalid="ignore", divide="ignore"):
+            np.divide(K, denom, out=K, where=denom > 0)
+        K[denom <= 0] = 1
+        np.clip(K, -1, 1, out=K)
+        theta = np.arccos(K)
+        order = spec.order
+        if order == 0:
+            np.subtract(np.pi, theta, out=K)
+        elif order == 1:
+            c = np.cos(theta)
+            np.multiply(np.pi - theta, c, out=K)
+            K += np.sin(theta)
+        else:
+            c = np.cos(theta)
+            np.multiply(np.pi - theta, 1 + 2 * c * c, out=K)
+            K += 3 * np.sin(theta) * c
+        denom /= dt(s * s)
+        if order:
+            K *= denom**order
+        K *= dt(1 / np.pi)
+        return K
+    # squared distances |x|^2 + |l|^2 - 2 x.l, clipped at 0 against round-off
+    K *= dt(-2)
+    K += np.einsum("ij,ij->i", Xp, Xp)[:, None]
+    K += lsq
+    np.maximum(K, 0, out=K)
+    if name == "gaussian":
+        K *= dt(-0.5 / (s * s))
+        return np.exp(K, out=K)
+    np.sqrt(K, out=K)
+    K *= dt(1 / s)
+    if spec.nu == 0.5:
+        K *= dt(-1)
+        return np.exp(K, out=K)
+    a = np.sqrt(dt(3.0) if spec.nu == 1.5 else dt(5.0)) * K
+    poly = 1 + a if spec.nu == 1.5 else 1 + a + a * a / 3
+    np.exp(-a, out=K)
+    K *= poly
+    return K
+
+
+def whitening(kernel_block: np.ndarray, dtype) -> np.ndarray:
+    """``K^{-1/2}`` of a landmark kernel matrix on its numerically nonzero eigenvalues.
+
+    Eigenvalues below ``m * eps * max`` (``eps`` of the feature precision) are dropped:
+    their columns are zero, so round-off of the features is never amplified beyond what
+    the precision resolves.
+    """
+    m = kernel_block.shape[0]
+    s, u = scipy.linalg.eigh(kernel_block)
+    keep = s > max(s[-1], 0.0) * m * np.finfo(np.dtype(dtype)).eps
+    out = np.zeros((m, m))
+    out[:, m - keep.sum():] = u[:, keep] / np.sqrt(s[keep])
+    return out
+
+
+class NystroemFeatures:
+    """Nyström feature blocks on stored landmark rows, with the interface of :class:`RandomFeatures`.
+
+    Parameters
+    ----------
+    kernel : KernelSpec
+        Kernel with its bandwidth.
+    landmarks : ndarray of shape (n_blocks * block_size, n_features_in)
+        The landmark rows, block after block (float64).
+    block_size : int
+        Landmarks (and features) per block ``m``.
+    seed : int
+        Root seed the landmarks were drawn with (kept for the record).
+    dtype : {"float32", "float64"}
+        Precision of the kernel sections and features.
+    center : ndarray of shape (d,), optional
+        A point subtracted from inputs and landmarks of a shift-invariant kernel (it keeps
+        the distances accurate in float32).
+    normalization : ndarray of shape (n_blocks, block_size, block_size), optional
+        The whitening of each block; computed from the landmarks when not given.
+    cache_bytes : int, optional
+        Accepted for interface compatibility; nothing is regenerated.
+    """
+
+    def __init__(self, kernel: KernelSpec, landmarks, block_size: int, seed: int, dtype="float32",
+                 center=None, normalization=None, cache_bytes: int | None = None):
+        self.kernel = kernel
+        landmarks = np.asarray(landmarks, dtype=np.float64)
+        self.block_size = int(block_size)
+        if landmarks.ndim != 2 or landmarks.shape[0] == 0 or landmarks.shape[0] % self.block_size:
+            raise ValueError(f"landmarks must be 2-D with a positive multiple of block_size={block_size} rows, "
+                             f"got shape {landmarks.shape}")
+        self.landmarks = landmarks
+        self.n_features_in = landmarks.shape[1]
+        self.seed = int(seed)
+        self.dtype = np.dtype(dtype)
+        if self.dtype not in (np.float32, np.float64):
+            raise ValueError(f"feature dtype must be float32 or float64, got {self.dtype}")
+        if center is not None and kernel.shift_invariant:
+            center = np.asarray(center, dtype=np.float64).reshape(-1)
+            if center.shape != (self.n_features_in,):
+                raise ValueError(f"center must have shape ({self.n_features_in},), got {center.shape}")
+        else:
+            center = None
+        self.center = center
+        self.cache_bytes = 0 if cache_bytes is None else int(cache_bytes)
+        self.blocks_per_page = max(1, PAGE_COLUMNS // self.block_size)
+        n_blocks = landmarks.shape[0] // self.block_size
+        if normalization is None:
+            normalization = self._whitenings(n_blocks)
+        normalization = np.asarray(normalization, dtype=np.float64)
+        if normalization.shape != (n_blocks, self.block_size, self.block_size):
+            raise ValueError(f"normalization must have shape {(n_blocks, self.block_size, self.block_size)}, "
+                             f"got {normalization.shape}")
+        self.normalization = normalization
+        self._prepared = None
+
+    @classmethod
+    def from_rows(cls, kernel: KernelSpec, rows: np.ndarray, block_size: int, seed: int, dtype="float32",
+                  center=None, cache_bytes: int | None = None) -> NystroemFeatures:
+        """Blocks of ``block_size`` consecutive landmark ``rows`` with their whitenings."""
+        return cls(kernel, rows, block_size, seed, dtype, center=center, cache_bytes=cache_bytes)
+
+    def _whitenings(self, n_blocks: int) -> np.ndarray:
+        m = self.block_size
+        out = np.empty((n_blocks, m, m))
+        with one_blas_thread():
+            for j in range(n_blocks):
+                Lp, lsq = self._prepare_landmarks(self.landmarks[j * m:(j + 1) * m])
+                K = kernel_sections(self.kernel, Lp, np.ascontiguousarray(Lp.T), lsq).astype(np.float64)
+                out[j] = whitening(0.5 * (K + K.T), self.dtype)
+        return out
+
+    # -- state ----------------------------------------------------------------------------
+    @property
+    def max_blocks(self) -> int:
+        """Number of blocks available (landmarks are stored, not regenerated)."""
+        return self.landmarks.shape[0] // self.block_size
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_prepared"] = None
+        return state
+
+    def clear_cache(self) -> None:
+        self._prepared = None
+
+    def _prepare_landmarks(self, L: np.ndarray):
+        Lp = self.prepare(L)
+        if self.kernel.name == "arccos":
+            lsq = np.sqrt(np.einsum("ij,ij->i", Lp, Lp))
+        else:
+            lsq = np.einsum("ij,ij->i", Lp, Lp)
+        return Lp, lsq
+
+    def _pages(self):
+        """Per page: landmarks ``L^T`` (d x columns), their squared norms, whitenings (prepared once)."""
+        if self._prepared is None:
+            m, bpp = self.block_size, self.blocks_per_page
+            pages = []
+            for first in range(0, self.max_blocks, bpp):
+                last = min(first + bpp, self.max_blocks)
+                Lp, lsq = self._prepare_landmarks(self.landmarks[first * m:last * m])
+                pages.append((np.ascontiguousarray(Lp.T), lsq,
+                              self.normalization[first:last].astype(self.dtype)))
+            self._prepared = pages
+        return self._prepared
+
+    # -- evaluation -------------------------------------------------------------------------
+    def prepare(self, X) -> np.ndarray:
+        """Inputs in the feature dtype, shifted by ``center``."""
+        X = np.asarray(X)
+        if self.center is not None:
+            return np.subtract(X, self.center, dtype=self.dtype)
+        return X.astype(self.dtype, copy=False)
+
+    def map_pages(self, start_block: int, stop_block: int, fn, n_rows: int = 0) -> list:
+        """``fn(block0, block1, page)`` for every page covering ``[start_block, stop_block)``, in page order.
+
+        Pages run in parallel threads (one BLAS thread each) when ``n_rows`` make it worth it.
+        """
+        if stop_block > self.max_blocks:
+            raise IndexError(f"block {stop_block - 1} does not exist: the model has {self.max_blocks} blocks")
+        if stop_block <= start_block:
+            return []
+        bpp, m = self.blocks_per_page, self.block_size
+        pages = self._pages()
+        spans = []
+        for p in range(start_block // bpp, (stop_block - 1) // bpp + 1):
+            first = p * bpp
+            spans.append((p, max(start_block, first) - first, min(stop_block, first + bpp) - first))
+
+        def one(span):
+            p, lo, hi = span
+            lt, lsq, norm = pages[p]
+            first = p * bpp
+            return fn(first + lo, first + hi, (lt[:, lo * m:hi * m], lsq[lo * m:hi * m], norm[lo:hi]))
+
+        work = n_rows * (self.n_features_in + m) * bpp * m
+        with one_blas_thread():
+            return map_ordered(one, spans, parallel=work >= PARALLEL_MIN_WORK)
+
+    def raw(self, Xp: np.ndarray, page, out=None) -> np.ndarray:
+        """Kernel sections ``k(x, L)`` of prepared inputs on the landmarks of a page."""
+        lt, lsq, _ = page
+        return kernel_sections(self.kernel, Xp, lt, lsq, out=out)
+
+    def apply(self, Xp: np.ndarray, page, out=None) -> np.ndarray:
+        """Whitened features ``k(x, L_j) N_j`` of prepared inputs, block by block of a page."""
+        m = self.block_size
+        norm = page[2]
+        K = self.raw(Xp, page, out=scratch("nystroem-sections", (Xp.shape[0], norm.shape[0] * m), self.dtype))
+        if out is None:
+            out = np.empty_like(K)
+        for i in range(norm.shape[0]):
+            np.matmul(K[:, i * m:(i + 1) * m], norm[i], out=out[:, i * m:(i + 1) * m])
+        return out
+
+    def transform(self, X, start_block: int, stop_block: int) -> np.ndarray:
+        """Features of blocks ``[start_block, stop_block)`` on ``X``: ``(n, (stop-start) m)``."""
+        Xp = self.prepare(X)
+        m = self.block_size
+        out = np.empty((Xp.shape[0], (stop_block - start_block) * m), dtype=self.dtype)
+
+        def fill(b0, b1, page):
+            self.apply(Xp, page, out=out[:, (b0 - start_block) * m:(b1 - start_block) * m])
+
+        self.map_pages(start_block, stop_block, fill, n_rows=Xp.shape[0])
+        return out
+
+    def raw_transform(self, X, start_block: int, stop_block: int) -> np.ndarray:
+        """Kernel sections on the landmarks of blocks ``[start_block, stop_block)``: ``(n, (stop-start) m)``."""
+        Xp = self.prepare(X)
+        m = self.block_size
+        out = np.empty((Xp.shape[0], (stop_block - start_block) * m), dtype=self.dtype)
+
+        def fill(b0, b1, page):
+            self.raw(Xp, page, out=out[:, (b0 - start_block) * m:(b1 - start_block) * m])
+
+        self.map_pages(start_block, stop_block, fill, n_rows=Xp.shape[0])
+        return out
+
+    def _blockwise(self, a: np.ndarray, transpose: bool) -> np.ndarray:
+        m = self.block_size
+        n_blocks = a.shape[0] // m
+        out = np.empty(a.shape, dtype=np.float64)
+        for j in range(n_blocks):
+            N = self.normalization[j]
+            out[j * m:(j + 1) * m] = (N.T if transpose else N) @ a[j * m:(j + 1) * m]
+        return out
+
+    def fold(self, coef: np.ndarray) -> np.ndarray:
+        """Coefficients of the whitened features as coefficients of the kernel sections: ``N_j A_j``."""
+        return self._blockwise(np.asarray(coef, dtype=np.float64), transpose=False)
+
+    def unfold(self, grad: np.ndarray) -> np.ndarray:
+        """Sums over kernel sections as sums over the whitened features: ``N_j^T G_j``."""
+        return self._blockwise(np.asarray(grad, dtype=np.float64), transpose=True)
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": "nystroem",
+            "kernel": self.kernel.to_dict(),
+            "n_features_in": self.n_features_in,
+            "block_size": self.block_size,
+            "seed": self.seed,
+            "dtype": self.dtype.name,
+            "n_blocks": self.max_blocks,
+        }

@@ -1,0 +1,267 @@
+"""Nyström feature blocks and the full-data subspace solver against dense references."""
+
+from __future__ import annotations
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import zarr
+
+from dsgd_dask import DSGDKernelPCA, ExactKernelPCA, NystroemPCA, RandomFeaturePCA, load
+from dsgd_dask.engine.passes import full_pass
+from dsgd_dask.features import KernelSpec, RandomFeatures, kernel_matrix
+from dsgd_dask.features.nystroem import NystroemFeatures, kernel_sections
+from dsgd_dask.metrics import principal_angle_sin2
+from dsgd_dask.rules.subspace import contraction, orthonormal, ritz_step, subspace_sin2
+from dsgd_dask.streams.inputs import DataView
+
+KERNEL_CASES = [
+    KernelSpec("gaussian", 2.0),
+    KernelSpec("laplacian", 3.0),
+    KernelSpec("cauchy", 2.0),
+    KernelSpec("matern", 2.0, nu=0.5),
+    KernelSpec("matern", 2.0, nu=1.5),
+    KernelSpec("matern", 2.0, nu=2.5),
+    KernelSpec("arccos", 1.5, order=0),
+    KernelSpec("arccos", 1.5, order=1),
+    KernelSpec("arccos", 1.5, order=2),
+]
+
+
+# -- the rule -----------------------------------------------------------------------------------
+
+def test_ritz_steps_converge_at_the_predicted_rate():
+    # A dense SPD matrix with known spectrum: the top-k Ritz space approaches the top-k
+    # eigenvectors geometrically, sin^2 shrinking by about (lam_{p+1}/lam_k)^2 per step.
+    rng = np.random.default_rng(0)
+    n, k, p = 200, 4, 8
+    Q = np.linalg.qr(rng.normal(size=(n, n)))[0]
+    lam = 0.8 ** np.arange(n)
+    C = (Q * lam) @ Q.T
+    V = orthonormal(rng.normal(size=(n, p)))
+    errs = []
+    for _ in range(12):
+        R, vals, V = ritz_step(V, C @ V)
+        errs.append(subspace_sin2(R[:, :k], Q[:, :k]))
+    rate = (lam[p] / lam[k - 1]) ** 2
+    assert errs[-1] < 1e-8
+    observed = (errs[8] / errs[4]) ** (1 / 4)
+    assert observed <= 1.5 * rate  # at least as fast as the bound predicts (up to constants)
+    np.testing.assert_allclose(vals[:k], lam[:k], rtol=1e-8)
+    assert contraction(vals, k) == pytest.approx((vals[-1] / vals[k - 1]) ** 2)
+
+
+def test_orthonormal_keeps_width_on_dependent_columns():
+    rng = np.random.default_rng(1)
+    A = rng.normal(size=(30, 4))
+    A = np.hstack([A, A[:, :2]])  # two dependent columns
+    Q = orthonormal(A)
+    assert Q.shape == (30, 6)
+    np.testing.assert_allclose(Q.T @ Q, np.eye(6), atol=1e-12)
+    assert subspace_sin2(Q[:, :4], np.linalg.qr(A[:, :4])[0]) < 1e-12  # round-off of 1 - cos^2
+
+
+# -- Nyström features ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec", KERNEL_CASES, ids=lambda s: f"{s.name}-{s.nu or s.order or ''}")
+def test_kernel_sections_match_the_exact_kernel(spec):
+    rng = np.random.default_rng(2)
+    X, L = rng.normal(size=(50, 6)), rng.normal(size=(20, 6))
+    f = NystroemFeatures(spec, L, 20, 0, "float64", center=X.mean(axis=0))
+    lt, lsq, _ = f._pages()[0]
+    K = kernel_sections(spec, f.prepare(X), lt, lsq)
+    np.testing.assert_allclose(K, kernel_matrix(spec, X, L), rtol=1e-9, atol=1e-12)
+    f32 = NystroemFeatures(spec, L, 20, 0, "float32", center=X.mean(axis=0))
+    lt, lsq, _ = f32._pages()[0]
+    K32 = kernel_sections(spec, f32.prepare(X), lt, lsq)
+    assert K32.dtype == np.float32
+    np.testing.assert_allclose(K32, kernel_matrix(spec, X, L), atol=2e-5)
+
+
+@pytest.mark.parametrize("spec", [KERNEL_CASES[0], KERNEL_CASES[4], KERNEL_CASES[7]], ids=str)
+def test_nystroem_block_on_all_rows_reproduces_the_kernel(spec):
+    # With every row a landmark, z(x).z(y) is the kernel itself on those rows.
+    X = np.random.default_rng(3).normal(size=(60, 4))
+    f = NystroemFeatures(spec, X, 60, 0, "float64")
+    Z = f.transform(X, 0, 1)
+    np.testing.assert_allclose(Z @ Z.T, kernel_matrix(spec, X), atol=1e-7)
+
+
+def test_fold_and_unfold_are_the_whitening():
+    X = np.random.default_rng(4).normal(size=(80, 5))
+    f = NystroemFeatures(KernelSpec("gaussian", 2.0), X[:48], 16, 0, "float64", center=X.mean(axis=0))
+    A = np.random.default_rng(5).normal(size=(48, 3))
+    np.testing.assert_allclose(f.raw_transform(X, 0, 3) @ f.fold(A), f.transform(X, 0, 3) @ A, rtol=1e-10)
+    G = f.raw_transform(X, 0, 3).T @ X[:, :3]
+    np.testing.assert_allclose(f.unfold(G), f.transform(X, 0, 3).T @ X[:, :3], rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["nystroem", "fourier"])
+@pytest.mark.parametrize("center", [True, False])
+@pytest.mark.parametrize("lazy", [False, True])
+def test_full_pass_is_the_dense_covariance_product(kind, center, lazy):
+    rng = np.random.default_rng(6)
+    X = rng.normal(size=(700, 5)).astype(np.float32) + 3.0
+    spec = KernelSpec("gaussian", 2.5)
+    if kind == "nystroem":
+        f = NystroemFeatures(spec, X[:64].astype(np.float64), 32, 0, "float32", center=X.mean(axis=0))
+    else:
+        f = RandomFeatures(spec, 5, 32, 0, "float32", center=X.mean(axis=0))
+    V = orthonormal(rng.normal(size=(64, 4)))
+    Z = f.transform(X, 0, 2).astype(np.float64)
+    mean = Z.mean(axis=0)
+    Zc = Z - mean if center else Z
+    dense = Zc.T @ (Zc @ V) / len(Z)
+    shift = f.raw_transform(X[:100], 0, 2).mean(axis=0)
+    data = da.from_array(X, chunks=(128, 5)) if lazy else X
+    sums = full_pass(DataView(data), f, 2, V, shift, center, token="t")
+    assert sums.n == 700
+    scale = np.abs(dense).max()
+    np.testing.assert_allclose(sums.cov_times, dense, atol=2e-5 * scale)
+    np.testing.assert_allclose(sums.mean, mean, atol=2e-6)
+
+
+# -- the estimator against dense references -----------------------------------------------------
+
+@pytest.fixture(scope="module")
+def mnist_exact(mnist_small):
+    X, Xt = mnist_small
+    exact = ExactKernelPCA(6, random_state=0).fit(X)
+    return X, Xt, exact, exact.transform(Xt)
+
+
+@pytest.mark.parametrize("k", [3, 5])
+def test_default_fit_matches_exact_kernel_pca(mnist_exact, k):
+    # 3000 MNIST digits: the default (Nyström blocks, full-data passes) lands on the exact
+    # kernel PCA subspace to far below the 1e-3 that separates the components
+    # (eigengap after 3 and 5 checked in test_baselines), eigenvalues to 1%.
+    X, Xt, exact, E = mnist_exact
+    est = DSGDKernelPCA(k, random_state=0).fit(X)
+    assert principal_angle_sin2(est.transform(Xt), E[:, :k]) < 1e-3
+    np.testing.assert_allclose(est.eigenvalues_, exact.eigenvalues_[:k], rtol=1e-2)
+    assert est.convergence_[-1]["estimated_error"] <= est.tol
+    assert 1 <= est.n_iter_ == len(est.convergence_)
+
+
+def test_converged_single_block_equals_nystroem_pca(mnist_small):
+    # One block of m landmarks, converged: the same problem NystroemPCA(m) solves exactly
+    # (same seeded landmark rows), so the subspaces agree to the convergence tolerance.
+    X, Xt = mnist_small
+    m = 400
+    ny = NystroemPCA(4, n_features=m, random_state=3).fit(X)
+    est = DSGDKernelPCA(4, n_features=m, block_size=m, compute_dtype="float64", tol=1e-12, max_iter=60,
+                        random_state=3).fit(X)
+    assert np.array_equal(np.sort(est.model_.features.landmarks, axis=0), np.sort(ny.landmarks_, axis=0))
+    assert principal_angle_sin2(est.transform(Xt), ny.transform(Xt)) < 1e-8
+    np.testing.assert_allclose(est.eigenvalues_, ny.eigenvalues_, rtol=1e-8)
+
+
+def test_fourier_subspace_equals_random_feature_pca(mnist_small):
+    # Fourier blocks with the subspace solver: linear PCA of the same random features.
+    X, Xt = mnist_small
+    rf = RandomFeaturePCA(3, n_features=512, block_size=128, random_state=5).fit(X)
+    est = DSGDKernelPCA(3, features="fourier", n_features=512, block_size=128, tol=1e-12, max_iter=100,
+                        random_state=5).fit(X)
+    assert principal_angle_sin2(est.transform(Xt), rf.transform(Xt)) < 1e-6
+    np.testing.assert_allclose(est.eigenvalues_, rf.eigenvalues_, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kernel", ["laplacian", "matern", "arccos"])
+def test_other_kernels_match_exact_kernel_pca(kernel, blobs):
+    exact = ExactKernelPCA(3, kernel=kernel, random_state=0).fit(blobs)
+    est = DSGDKernelPCA(3, kernel=kernel, random_state=0).fit(blobs)
+    # 600 rows: the landmark blocks hold every row, so only the block-wise whitening differs
+    assert principal_angle_sin2(est.transform(blobs), exact.transform(blobs)) < 1e-3
+
+
+def test_uncentred_fit_matches_uncentred_exact(blobs):
+    exact = ExactKernelPCA(3, center=False, random_state=0).fit(blobs)
+    est = DSGDKernelPCA(3, center=False, random_state=0).fit(blobs)
+    assert principal_angle_sin2(est.transform(blobs), exact.transform(blobs)) < 1e-3
+    np.testing.assert_allclose(est.eigenvalues_, exact.eigenvalues_, rtol=1e-2)
+
+
+# -- streams, persistence, resumption -------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def mnist_store(tmp_path_factory, mnist_small):
+    path = str(tmp_path_factory.mktemp("mnist") / "X.zarr")
+    zarr.create_array(store=path, data=mnist_small[0].astype(np.float32), chunks=(250, 784))
+    return path
+
+
+def test_lazy_fit_same_model_on_every_local_scheduler(mnist_store, mnist_exact):
+    params = dict(n_components=3, n_features=1024, block_size=512, random_state=2)
+    with dask.config.set(scheduler="sync"):
+        ref = DSGDKernelPCA(**params).fit(da.from_zarr(mnist_store))
+    with dask.config.set(scheduler="threads"):
+        thr = DSGDKernelPCA(**params).fit(da.from_zarr(mnist_store))
+    assert np.array_equal(ref.model_.coef, thr.model_.coef)
+    assert np.array_equal(ref.eigenvalues_, thr.eigenvalues_)
+    _, Xt, _, E = mnist_exact
+    assert principal_angle_sin2(ref.transform(Xt), E[:, :3]) < 1e-3
+
+
+def test_save_and_load_nystroem_model(mnist_small, tmp_path):
+    X, Xt = mnist_small
+    est = DSGDKernelPCA(3, n_features=1024, block_size=512, random_state=0).fit(X[:1500])
+    est.save(tmp_path / "m.zarr")
+    back = load(tmp_path / "m.zarr")
+    assert np.array_equal(back.transform(Xt), est.transform(Xt))
+    assert back.get_params() == est.get_params()
+
+
+def test_resume_after_an_interrupted_pass(mnist_store, tmp_path, monkeypatch):
+    params = dict(n_components=3, n_features=1024, block_size=512, tol=1e-10, max_iter=4, random_state=4)
+    ckpt = str(tmp_path / "ckpt.zarr")
+    reference = DSGDKernelPCA(**params).fit(da.from_zarr(mnist_store))
+    from dsgd_dask.estimators import kpca as kpca_module
+
+    calls = {"n": 0}
+    real = kpca_module.full_pass
+
+    def failing(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt("interrupted")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(kpca_module, "full_pass", failing)
+    with pytest.raises(KeyboardInterrupt):
+        DSGDKernelPCA(**params, checkpoint=ckpt).fit(da.from_zarr(mnist_store))
+    monkeypatch.setattr(kpca_module, "full_pass", real)
+    assert zarr.open_group(ckpt, mode="r").attrs["step"] == 2
+    resumed = DSGDKernelPCA(**params, checkpoint=ckpt).fit(da.from_zarr(mnist_store))
+    assert resumed.n_iter_ == reference.n_iter_ == 4
+    assert np.array_equal(resumed.model_.coef, reference.model_.coef)
+    assert np.array_equal(resumed.eigenvalues_, reference.eigenvalues_)
+
+
+def test_partial_fit_passes_then_steps(mnist_small):
+    X, Xt = mnist_small
+    est = DSGDKernelPCA(3, n_features=1024, block_size=512, random_state=0)
+    est.partial_fit(X[:1500])
+    first = est.transform(Xt)
+    assert est.n_passes_ >= 1
+    est.partial_fit(X[1500:])
+    assert np.isfinite(est.transform(Xt)).all()
+    assert principal_angle_sin2(est.transform(Xt), first) < 0.1  # steps refine, they do not wander off
+
+
+@pytest.mark.parametrize(("params", "error", "match"), [
+    (dict(features="landmarks"), ValueError, "features"),
+    (dict(solver="lanczos"), ValueError, "solver"),
+    (dict(tol=-1.0), ValueError, "tol"),
+    (dict(n_oversamples=-2), ValueError, "n_oversamples"),
+    (dict(n_oversamples=1.5), TypeError, "n_oversamples"),
+    (dict(block_size="big"), TypeError, "block_size"),
+])
+def test_bad_solver_parameters(blobs, params, error, match):
+    with pytest.raises(error, match=match):
+        DSGDKernelPCA(2, **params).fit(blobs)
+
+
+def test_too_many_components_for_the_landmarks(blobs):
+    with pytest.raises(ValueError, match="n_components"):
+        DSGDKernelPCA(700).fit(blobs)
