@@ -13,7 +13,7 @@ test digits and those of a reference:
 * ``NystroemPCA`` and ``RandomFeaturePCA`` at m = 256 ... 8192.
 
 **Reference.** A converged solve on one Nyström block of ``reference_features`` landmarks
-(``DSGDKernelPCA(n_features=R, block_size=R, tol=1e-10)``: the problem ``NystroemPCA(R)``
+(``DSGDKernelPCA(n_features=R, block_size=R, tol=1e-9)``: the problem ``NystroemPCA(R)``
 solves exactly, see ``tests/test_subspace.py``), for two independent landmark draws; their
 agreement (``sin^2`` between the two) is recorded and bounds how small a reported
 ``sin^2`` can meaningfully be.
@@ -119,7 +119,9 @@ def reference(p: Params, X, Xt, k: int, log) -> tuple[np.ndarray, dict]:
     projections, info = [], {"features": R, "seeds": list(p.reference_seeds), "seconds": [], "passes": []}
     for s in p.reference_seeds:
         t0 = time.perf_counter()
-        est = DSGDKernelPCA(k, n_features=R, block_size=R, tol=1e-10, max_iter=40, random_state=s).fit(X)
+        # many directions beyond k: a fast rate, so few passes reach the tight tolerance
+        est = DSGDKernelPCA(k, n_features=R, block_size=R, n_oversamples=max(90, 2 * k), tol=1e-9, max_iter=40,
+                            random_state=s).fit(X)
         info["seconds"].append(time.perf_counter() - t0)
         info["passes"].append(est.n_iter_)
         info.setdefault("eigenvalues", est.eigenvalues_.tolist())

@@ -96,7 +96,8 @@ def make_methods(p: Params, gamma: float, bandwidth: float):
     for it in p.dsgd_max_iter:
         for m in p.dsgd_features:
             out.append((f"DSGDKernelPCA T={it}", f"M={m}", {"n_features": m, "max_iter": it},
-                        lambda s, m=m, it=it: DSGDKernelPCA(k, bandwidth=bandwidth, n_features=m, max_iter=it,
+                        lambda s, m=m, it=it: DSGDKernelPCA(k, features="fourier", solver="oja",
+                                                            bandwidth=bandwidth, n_features=m, max_iter=it,
                                                             batch_size=p.dsgd_batch_size, random_state=s)))
     return out
 
@@ -191,7 +192,8 @@ def main(argv=None) -> None:
     print(f"{info['cpu_count']} CPUs, load average {info['load_average']}, train {x_train.shape}, "
           f"test {x_test.shape}")
     k = p.n_components
-    bandwidth = float(DSGDKernelPCA(k, n_features=256, max_iter=1, random_state=p.seed).fit(x_train).bandwidth_)
+    bandwidth = float(DSGDKernelPCA(k, features="fourier", solver="oja", n_features=256, max_iter=1,
+                                    random_state=p.seed).fit(x_train).bandwidth_)
     gamma = 1.0 / (2.0 * bandwidth**2)
     gap = eigengap(p, x_train, gamma)
     print(f"bandwidth {bandwidth:.4f} (gamma {gamma:.3g}); eigenvalues {np.round(gap['eigenvalues'], 5).tolist()}")

@@ -174,7 +174,8 @@ def fit_throughput(p: Params, x: np.ndarray, batch: int, n_features: int, dtype:
     def callback(step, model):
         marks.append((step, time.perf_counter()))
 
-    est = DSGDKernelPCA(n_components=p.n_components, n_features=n_features, block_size=p.block_size,
+    est = DSGDKernelPCA(features="fourier", solver="oja", n_components=p.n_components, n_features=n_features,
+                        block_size=p.block_size,
                         batch_size=batch, max_iter=max_iter, compute_dtype=dtype, cache_bytes=cache_bytes,
                         random_state=p.seed)
     gc.collect()
@@ -425,7 +426,8 @@ def main(argv=None) -> None:
     from dsgd_dask import DSGDKernelPCA
 
     for dt in p.dtypes:
-        DSGDKernelPCA(n_components=p.n_components, n_features=512, max_iter=8, compute_dtype=dt,
+        DSGDKernelPCA(features="fourier", solver="oja", n_components=p.n_components, n_features=512, max_iter=8,
+                      compute_dtype=dt,
                       random_state=p.seed).fit(x_all[:2048])
 
     configs = list(itertools.product(p.batch_sizes, p.n_features, p.dtypes, p.caches))

@@ -57,14 +57,30 @@ WARM_TAG = 0x5741
 
 class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin,
                     BaseEstimator):
-    """Kernel PCA by doubly stochastic gradients, on data of any size.
+    """Kernel PCA on data of any size: random feature blocks, fitted by full-data passes or stochastic steps.
 
-    Every update step samples a mini-batch of rows *and* a block of random Fourier
-    features of the kernel. The model keeps only the seeds of the blocks and their
-    coefficients (``n_features x n_components`` numbers), never the data or an
-    ``n x n`` matrix, and regenerates the features from their seeds whenever it
-    evaluates. Numpy, dask, Zarr and xarray inputs are accepted; on dask and xarray
-    inputs :meth:`transform` is lazy.
+    The model is a sum of feature blocks, ``h(x) = sum_j z_j(x) A_j``, and keeps only
+    what defines the blocks and their coefficients, never the data or an ``n x n``
+    matrix. Two kinds of blocks:
+
+    * ``features="nystroem"`` (default): block ``j`` is the kernel at ``m`` seeded
+      landmark rows drawn from the data, whitened by its own ``K_jj^{-1/2}`` (the model
+      stores ``M d + M m`` numbers for ``M`` features, where one Nyström solve on ``M``
+      landmarks needs an ``M x M`` matrix);
+    * ``features="fourier"``: random Fourier features regenerated from their seeds (the
+      paper's blocks; only seeds are stored).
+
+    Two solvers:
+
+    * ``solver="subspace"`` (default): a warm start on a sample, then passes over all
+      the data of block subspace iteration with Rayleigh–Ritz (``Cov(z) V`` accumulated
+      as a reduction over row chunks: on a cluster every worker computes its chunks at
+      once), converging geometrically until the estimated error is below ``tol``;
+    * ``solver="oja"``: doubly stochastic gradient steps (Xie, Liang & Song 2015), each on
+      a mini-batch of rows and one block of features, ``O(1/t)``.
+
+    Numpy, dask, Zarr and xarray inputs are accepted; on dask and xarray inputs
+    :meth:`transform` is lazy.
 
     Parameters
     ----------
@@ -78,56 +94,79 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
         median row norm for arccos).
     kernel_params : dict, optional
         ``{"nu": 0.5 | 1.5 | 2.5}`` for matern, ``{"order": 0 | 1 | 2}`` for arccos.
+    features : {"nystroem", "fourier"}, default="nystroem"
+        Nyström blocks (landmark rows, whitened per block) or random Fourier blocks.
+    solver : {"subspace", "oja"}, default="subspace"
+        Full-data passes of block subspace iteration, or doubly stochastic steps.
     n_features : int or "auto", default="auto"
-        Feature budget ``M`` (rounded up to whole blocks). Features grow by one block per
-        step until the budget is reached; later steps revisit the blocks in turn.
-        ``"auto"`` takes ``min(4096, max(1024, 2 n))``.
-    block_size : int, default=256
-        Features per block ``m`` (sampled together in one step); ``>= n_components``.
+        Feature budget ``M`` (rounded up to whole blocks; Nyström blocks take distinct
+        rows, so at most the number of rows). ``"auto"``: ``max(2048, 64 k)`` for the
+        subspace solver, ``min(4096, max(1024, 2 n))`` for steps. With steps, features
+        grow by one block per step until the budget is reached; later steps revisit the
+        blocks in turn.
+    block_size : int or "auto", default="auto"
+        Features per block ``m``: 1024 for Nyström blocks (larger blocks whiten better;
+        the passes apply the whitening to the coefficients, not to every row), 256 for
+        Fourier blocks. With steps, ``>= n_components``.
+    n_oversamples : int or "auto", default="auto"
+        Subspace solver: directions carried beyond ``k`` (``"auto"``: ``k + 10``). The
+        error shrinks by ``(lambda_{k+q+1} / lambda_k)^2`` per pass.
+    tol : float, default=1e-4
+        Subspace solver: stop when the estimated remaining error of the top-``k``
+        subspace (``sin^2`` of its largest principal angle to the converged one, from the
+        change of the last pass and the observed rate) is at most ``tol``. The error of
+        the features themselves (the representation) comes on top and is set by
+        ``n_features``.
     batch_size : int, default=256
-        Rows per step ``B``.
+        Steps: rows per step ``B``.
     max_iter : int or "auto", default="auto"
-        Number of update steps; ``"auto"`` takes ``max(250, min(3 epochs, 3000))``.
+        Subspace solver: largest number of passes over the data (``"auto"``: 20).
+        Steps: number of update steps (``"auto"``: ``max(250, min(3 epochs, 3000))``).
     shuffle_chunks : int, default=1
-        For dask, Zarr and xarray inputs: how many chunks (in a seeded random order per
+        Steps, for dask, Zarr and xarray inputs: how many chunks (in a seeded random order per
         epoch) are read together and have their rows shuffled together, a shuffle buffer
         for data stored in order. Rows within a chunk are always shuffled.
     n_partitions : int, default=1
-        Data-parallel steps: every mini-batch is split over ``n_partitions`` slabs of the
+        Steps: data-parallel steps: every mini-batch is split over ``n_partitions`` slabs of the
         data, each part's sums computed where its rows live (on a ``distributed``
         cluster: on the worker holding its chunk) and reduced before one update. The
         result depends on ``n_partitions`` but never on the scheduler or the number of
         workers. Use about as many partitions as workers, with large batches.
     eta0 : float, default=0.5
-        ``theta_0`` of the step size ``eta_t = theta_0 / (lambda_1 (1 + theta_1 t))``,
-        relative to the top-eigenvalue estimate ``lambda_1`` of the initial solve, so
-        that the default works on any data scale.
+        Steps (and :meth:`partial_fit` after the first call): ``theta_0`` of the step
+        size ``eta_t = theta_0 / (lambda_1 (1 + theta_1 t))``, relative to the
+        top-eigenvalue estimate ``lambda_1`` of the initial solve, so that the default
+        works on any data scale.
     eta_decay : float, default=0.01
         ``theta_1`` of the step size.
     init : {"rca", "random"}, default="rca"
-        Start from the top components of the random-feature covariance of the first
-        block on a sample (``"rca"``), or from small random coefficients.
+        Subspace solver: start the passes from subspace iterations on a sample of up to
+        10,000 rows (``"rca"``) or from a random block. Steps: start from the top
+        components of the first block's covariance on a sample, or from small random
+        coefficients.
     center : bool, default=True
         Centre the features (kernel PCA of the centred covariance operator, as
         scikit-learn's ``KernelPCA``). Without centring the mean function dominates.
     ordered : bool, default=False
-        Use the generalised Hebbian rule, which finds the individual eigenfunctions in
-        order of eigenvalue. Otherwise the subspace (Oja) rule is used and the basis is
-        rotated to the eigenfunctions of the subspace at the end of the fit.
+        Steps: use the generalised Hebbian rule, which finds the individual
+        eigenfunctions in order of eigenvalue. Otherwise the subspace (Oja) rule is used
+        and the basis is rotated to the eigenfunctions of the subspace at the end of the
+        fit. (The subspace solver returns ordered eigenfunctions either way.)
     compute_dtype : {"float32", "float64"}, default="float32"
         Precision of the features; coefficients and statistics accumulate in float64.
     cache_bytes : int, optional
         Memory budget for cached feature blocks; ``None`` uses a quarter of the free
         memory (at most 4 GiB), 0 regenerates every block at every use.
     checkpoint : str or Path, optional
-        Zarr group where :meth:`fit` saves its state every ``checkpoint_every`` steps
-        (atomically: a crash never leaves a checkpoint that loads wrong). When it exists
+        Zarr group where :meth:`fit` saves its state after every pass (subspace solver)
+        or every ``checkpoint_every`` steps (atomically: a crash never leaves a checkpoint
+        that loads wrong). When it exists
         at the start of :meth:`fit`, the fit resumes from it and ends with the same model
         as an uninterrupted run; a checkpoint of another fit is refused.
     checkpoint_every : int, default=100
         Steps between checkpoints (written at the end of the chunk task that crosses them).
     verbose : bool, default=False
-        Print a progress bar of the update steps.
+        Print a line per pass, or a progress bar of the update steps.
     random_state : int, RandomState instance or None, default=None
         Root seed of the feature blocks and of the mini-batch shuffles.
 
@@ -143,7 +182,11 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
     n_features_ : int
         Number of random features in the model.
     n_iter_ : int
-        Update steps taken.
+        Passes over the data (subspace solver) or update steps taken (steps).
+    convergence_ : list of dict
+        Subspace solver: per pass, how far the top-``k`` subspace moved (``change``), the
+        estimated remaining error (``None`` after the first pass, which only re-solves
+        the warm start on all rows) and the eigenvalues.
     seed_ : int
         Root seed the model was built from.
     n_features_in_ : int
@@ -155,6 +198,11 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
 
     Notes
     -----
+    A pass with ``M`` features, ``p = k + n_oversamples`` directions and ``n`` rows costs
+    ``2 n d M`` flops for the kernel sections (or Fourier features) plus ``4 n M p``; memory
+    ``O(M p)`` plus one chunk. The estimated error uses the ratio of the smallest to the
+    ``k``-th Ritz value as the rate, a pessimistic stand-in for ``lambda_{p+1}/lambda_k``.
+
     One step with mini-batch ``X`` and block ``t``: ``h = H(X)``, ``C = h^T h / B``,
     old coefficients ``A_j <- A_j (I - eta C)`` (``I - eta UT[C]`` when ordered),
     ``A_t <- A_t + eta z_t(X)^T h / B``. Cost ``2 B d M`` flops for the features plus
@@ -163,7 +211,9 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
     References
     ----------
     B. Xie, Y. Liang, L. Song, "Scale up nonlinear component analysis with doubly
-    stochastic gradients", NIPS 2015.
+    stochastic gradients", NIPS 2015. C. Williams, M. Seeger, "Using the Nyström method
+    to speed up kernel machines", NIPS 2001. Y. Saad, *Numerical Methods for Large
+    Eigenvalue Problems*, SIAM 2011, ch. 5 (subspace iteration).
 
     Examples
     --------
@@ -259,10 +309,13 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
         return self
 
     def partial_fit(self, X, y=None):
-        """One pass of update steps over ``X`` (the first call also initialises).
+        """Fit on ``X`` as one more batch of a stream.
 
-        The centring offset, the ordering of the components and ``eigenvalues_`` are
-        recomputed on a sample of ``X`` after each call.
+        With the subspace solver the first call fits ``X`` by full passes (as :meth:`fit`);
+        every later call, and every call with ``solver="oja"``, takes one pass of update
+        steps over ``X`` (the first call with steps also initialises). The centring
+        offset, the ordering of the components and ``eigenvalues_`` are recomputed on a
+        sample of ``X`` after each call of steps.
 
         Parameters
         ----------
