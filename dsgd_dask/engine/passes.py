@@ -112,13 +112,14 @@ class PassSums:
 
 
 def full_pass(view: DataView, features, n_blocks: int, V: np.ndarray, shift: np.ndarray, center: bool,
-              token: str = "", slab_rows: int = 1 << 15) -> PassSums:
+              token: str = "", slab_rows: int = 1 << 15, features_ref=None) -> PassSums:
     """``Cov(z) V`` and the mean of ``z`` over every row of ``view``, in one pass.
 
     ``V`` holds ``p`` coefficient vectors of the features of the first ``n_blocks``
     blocks; ``shift`` is the raw features' mean on a sample. A dask input gets one task
     per row chunk and a tree reduction (computed on the active scheduler); numpy input is
-    summed slab by slab.
+    summed slab by slab. ``features_ref`` may be a ``distributed`` future of
+    ``features`` already on the workers (sent once per fit, not once per pass).
     """
     M = n_blocks * features.block_size
     raw_coef = features.fold(V).astype(features.dtype)
@@ -130,7 +131,8 @@ def full_pass(view: DataView, features, n_blocks: int, V: np.ndarray, shift: np.
             X = X.rechunk({1: -1})
         tok = tokenize(X.name, token, raw_coef, shift, n_blocks)
         # the feature set and the coefficients enter the graph once, not with every task
-        fkey = dask.delayed(features, name=f"dsgd-features-{tokenize(token)}", traverse=False)
+        fkey = features_ref if features_ref is not None else dask.delayed(
+            features, name=f"dsgd-features-{tokenize(token)}", traverse=False)
         ckey = dask.delayed(raw_coef, name=f"dsgd-coef-{tok}", traverse=False)
         skey = dask.delayed(shift, name=f"dsgd-shift-{tok}", traverse=False)
         name = f"dsgd-pass-{tok}"

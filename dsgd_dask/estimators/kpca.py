@@ -13,6 +13,7 @@ from dsgd_dask._linalg import small_eigh
 from dsgd_dask._threads import one_blas_thread
 from dsgd_dask._validation import check_choice, check_float, check_int
 from dsgd_dask.engine.checkpoint import Checkpointer, fit_fingerprint
+from dsgd_dask.engine.distributed import active_client
 from dsgd_dask.engine.loop import PassProgress, Progress, run_plan
 from dsgd_dask.engine.passes import full_pass
 from dsgd_dask.engine.steps import KPCAConfig, KPCAState
@@ -418,7 +419,8 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
         k = p["n_components"]
         if p["solver"] == "subspace":
             basis, vals = self._warm_start(features, sample)
-            lam = float(vals[0])
+            # Ritz values of the concatenated blocks are n_blocks times the operator's
+            lam = float(vals[0]) / p["n_blocks"]
         else:
             z0 = features.transform(sample[:N_INIT], 0, 1).astype(np.float64)
             if p["center"]:
@@ -503,10 +505,13 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
             self._shift = ex["shift"]
             start = self.state_.step
         token = _fingerprint(KernelExpansion(features, np.zeros((J * features.block_size, 1))))
+        # on a cluster the feature set (landmarks: M d numbers) goes to the workers once per fit
+        client = active_client() if view.is_dask else None
+        ref = client.scatter(features, broadcast=True, hash=False) if client is not None else None
         progress = PassProgress(p["max_iter"]) if self.verbose else None
         t = start
         while not done and t < p["max_iter"]:
-            sums = full_pass(view, features, J, V, self._shift, p["center"], token=token)
+            sums = full_pass(view, features, J, V, self._shift, p["center"], token=token, features_ref=ref)
             R, lam, V_next = ritz_step(V, sums.cov_times)
             mean = sums.mean
             # the first pass re-solves the warm start's block on all rows; only from the second
@@ -527,6 +532,7 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
                 callback(t, KernelExpansion(features, prev / np.sqrt(J)))
         if progress is not None:
             progress.close()
+        del ref
         if lam is None:  # max_iter passes already taken: nothing to refine
             raise ValueError("max_iter must allow at least one pass over the data")
         self.n_iter_ = t

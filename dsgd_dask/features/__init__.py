@@ -3,10 +3,12 @@
 from dsgd_dask.features.bandwidth import median_bandwidth
 from dsgd_dask.features.blocks import RandomFeatures, generate_block
 from dsgd_dask.features.kernels import KERNELS, KernelSpec, kernel_matrix, parse_kernel
+from dsgd_dask.features.nystroem import NystroemFeatures
 
 __all__ = [
     "KERNELS",
     "KernelSpec",
+    "NystroemFeatures",
     "RandomFeatures",
     "generate_block",
     "kernel_matrix",
