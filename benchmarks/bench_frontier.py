@@ -86,7 +86,7 @@ def configurations(p: Params, n: int, k: int, rate: float):
             out.append(("RandomFeaturePCA", f"m={m}",
                         lambda m=m: RandomFeaturePCA(k, n_features=m, random_state=p.seed),
                         2 * n * m * (D + m) / rate))
-    M = max(2048, 64 * k)
+    M = -(-max(2048, 64 * k) // 1024) * 1024  # the default budget, in whole blocks of 1024
     out.append(("DSGD default", f"M={M}", lambda: DSGDKernelPCA(k, random_state=p.seed),
                 4 * 2 * n * M * (D + 2 * (2 * k + 10)) / rate))
     for M in p.dsgd_features:
@@ -165,6 +165,7 @@ def run_case(p: Params, n: int, k: int, rate: float, log) -> dict:
         rec = {"method": method, "label": label, "params": {kk: v for kk, v in est.get_params().items()
                                                               if not callable(v)},
                "fit_seconds": seconds, "sin2": sin2, "predicted_seconds": predicted,
+               "n_features": getattr(est, "n_features_", None),
                "n_iter": getattr(est, "n_iter_", None), "convergence": getattr(est, "convergence_", None),
                "foreign_cores": info["foreign_cores"], "warnings": warns}
         runs.append(rec)

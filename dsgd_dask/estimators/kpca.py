@@ -202,7 +202,7 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
     A pass with ``M`` features, ``p = k + n_oversamples`` directions and ``n`` rows costs
     ``2 n d M`` flops for the kernel sections (or Fourier features) plus ``4 n M p``; memory
     ``O(M p)`` plus one chunk. The estimated error uses the ratio of the smallest to the
-    ``k``-th Ritz value as the rate, a pessimistic stand-in for ``lambda_{p+1}/lambda_k``.
+    ``k``-th Ritz value as the rate, an estimate of ``lambda_{p+1}/lambda_k`` (not a bound).
 
     One step with mini-batch ``X`` and block ``t``: ``h = H(X)``, ``C = h^T h / B``,
     old coefficients ``A_j <- A_j (I - eta C)`` (``I - eta UT[C]`` when ordered),

@@ -289,6 +289,7 @@ class RandomFeatures:
     # Random Fourier features are used as they are: the raw features are the features.
     raw = apply
     raw_transform = transform
+    raw_are_features = True
 
     def fold(self, coef: np.ndarray) -> np.ndarray:
         """Coefficients of the features as coefficients of the raw features (the same here)."""

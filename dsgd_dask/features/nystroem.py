@@ -174,6 +174,9 @@ class NystroemFeatures:
                 out[j] = whitening(0.5 * (K + K.T), self.dtype)
         return out
 
+    #: The raw features (kernel sections) are whitened to give the features.
+    raw_are_features = False
+
     # -- state ----------------------------------------------------------------------------
     @property
     def max_blocks(self) -> int:

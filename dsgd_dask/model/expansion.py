@@ -59,17 +59,21 @@ def evaluate_blocks(features: RandomFeatures, coef: np.ndarray, X: np.ndarray, k
     (computed on the way when the block is active, separately otherwise), or ``None``.
     The pages are evaluated in parallel threads, one GEMM in the feature precision each,
     and accumulated in float64 in page order (the same sum on any number of threads).
+    The raw features of a page are multiplied by the coefficients folded through the
+    features' linear map (Nyström whitening), which costs nothing per row.
     """
     m = features.block_size
     n_blocks = coef.shape[0] // m
     Xp = features.prepare(X)
+    raw_coef = features.fold(coef)
+    from_page = features.raw_are_features  # the kept block can be read off the page
 
     def page(b0, b1, payload):
-        z = features.apply(Xp, payload, out=scratch("page-z", (Xp.shape[0], (b1 - b0) * m), features.dtype))
-        hp = z @ coef[b0 * m:b1 * m].astype(z.dtype, copy=False)
+        r = features.raw(Xp, payload, out=scratch("page-z", (Xp.shape[0], (b1 - b0) * m), features.dtype))
+        hp = r @ raw_coef[b0 * m:b1 * m].astype(r.dtype, copy=False)
         kept = None
-        if keep_block is not None and b0 <= keep_block < b1:
-            kept = z[:, (keep_block - b0) * m:(keep_block - b0 + 1) * m].copy()
+        if from_page and keep_block is not None and b0 <= keep_block < b1:
+            kept = r[:, (keep_block - b0) * m:(keep_block - b0 + 1) * m].copy()
         return hp, kept
 
     h = np.zeros((Xp.shape[0], coef.shape[1]), dtype=np.float64)
