@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import re
 import time
 import warnings
 from dataclasses import asdict, dataclass, replace
@@ -46,16 +47,19 @@ class Params:
     nystroem: tuple[int, ...] = (256, 512, 1024, 2048, 4096, 8192)
     rff: tuple[int, ...] = (256, 512, 1024, 2048, 4096, 8192)
     dsgd_features: tuple[int, ...] = (1024, 4096)  # budgets besides the default
+    dsgd_single_block: tuple[int, ...] = (2048, 4096)  # one whitened block of all the features
     reference_features: int = 4096
     reference_seeds: tuple[int, ...] = (101, 102)
     max_seconds: float = 600.0
     seed: int = 0
     wait: bool = True
+    only: str | None = None  # regular expression: run only the matching "method label"s
 
 
 PARAMS = Params()
 QUICK = replace(PARAMS, rows=(16_384,), components=(10,), chunk_rows=4096, nystroem=(256, 512), rff=(512,),
-                dsgd_features=(1024,), reference_features=1024, max_seconds=60.0, wait=False)
+                dsgd_features=(1024,), dsgd_single_block=(1024,), reference_features=1024, max_seconds=60.0,
+                wait=False)
 D = 784
 
 
@@ -93,6 +97,11 @@ def configurations(p: Params, n: int, k: int, rate: float):
         if max(2048, 64 * k) != M and 2 * k + 10 <= M:
             out.append(("DSGD Nyström blocks", f"M={M}",
                         lambda M=M: DSGDKernelPCA(k, n_features=M, random_state=p.seed),
+                        4 * 2 * n * M * (D + 2 * (2 * k + 10)) / rate))
+    for M in p.dsgd_single_block:
+        if 2 * k + 10 <= M:
+            out.append(("DSGD Nyström blocks", f"M={M}, one block",
+                        lambda M=M: DSGDKernelPCA(k, n_features=M, block_size=M, random_state=p.seed),
                         4 * 2 * n * M * (D + 2 * (2 * k + 10)) / rate))
     out.append(("DSGD Fourier blocks, passes", "M=4096",
                 lambda: DSGDKernelPCA(k, features="fourier", n_features=4096, random_state=p.seed),
@@ -146,6 +155,8 @@ def run_case(p: Params, n: int, k: int, rate: float, log) -> dict:
     log(f"  reference agreement sin^2 = {ref_info['agreement_sin2']:.2e}")
     runs, skipped = [], []
     for method, label, make, predicted in configurations(p, n, k, rate):
+        if p.only and not re.search(p.only, f"{method} {label}"):
+            continue
         if predicted > p.max_seconds:
             skipped.append({"method": method, "label": label, "predicted_seconds": predicted})
             log(f"  skip {method} {label}: predicted {predicted:.0f} s")
@@ -227,6 +238,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--max-seconds", type=float, help="skip configurations predicted to take longer")
     parser.add_argument("--no-wait", action="store_true", help="do not wait for the machine to be idle")
     parser.add_argument("--name", help="result file name (default: frontier, frontier_quick)")
+    parser.add_argument("--only", help="run only the configurations whose 'method label' matches this regex")
     args = parser.parse_args(argv)
     p = QUICK if args.quick else PARAMS
     if args.rows:
@@ -237,6 +249,8 @@ def main(argv=None) -> dict:
         p = replace(p, max_seconds=args.max_seconds)
     if args.no_wait:
         p = replace(p, wait=False)
+    if args.only:
+        p = replace(p, only=args.only)
     name = args.name or ("frontier_quick" if args.quick else "frontier")
     rate = gemm_rate()
 

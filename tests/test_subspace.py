@@ -265,3 +265,20 @@ def test_bad_solver_parameters(blobs, params, error, match):
 def test_too_many_components_for_the_landmarks(blobs):
     with pytest.raises(ValueError, match="n_components"):
         DSGDKernelPCA(700).fit(blobs)
+
+
+def test_lazy_transform_carries_the_model_once(mnist_small):
+    # A Nyström model carries its landmark rows; the lazy transform puts it in the graph
+    # as one key, not into each of the 30 chunk tasks.
+    import pickle
+
+    X, Xt = mnist_small
+    est = DSGDKernelPCA(3, n_features=1024, block_size=512, random_state=0).fit(X[:1500])
+    Z = est.transform(da.from_array(Xt.astype(np.float32), chunks=(34, 784)))
+    assert Z.numblocks[0] == 30
+    graph_bytes = len(pickle.dumps(dict(Z.__dask_graph__())))
+    model_bytes = len(pickle.dumps(est.model_))
+    assert graph_bytes < 2 * model_bytes + len(pickle.dumps(Xt.astype(np.float32)))
+    eager = est.transform(Xt.astype(np.float32))
+    # float32 features: chunks of 34 rows against slices of 1024 may round differently
+    np.testing.assert_allclose(Z.compute(), eager, rtol=0, atol=1e-6 * np.abs(eager).max())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import dask
 import dask.array as da
 import numpy as np
 from dask.base import tokenize
@@ -22,8 +23,9 @@ def apply_rows(view: DataView, fn: Callable[[np.ndarray], np.ndarray], n_out: in
     """Apply ``fn`` (rows of ``view.data`` -> ``(rows, n_out)`` float64) to every row.
 
     * numpy input: computed now;
-    * dask input: a lazy dask array with one task per row chunk (nothing is computed;
-      NaN or infinity in a chunk raises a ``ValueError`` naming it when computed);
+    * dask input: a lazy dask array with one task per row chunk, and ``fn`` one key of
+      the graph (nothing is computed; NaN or infinity in a chunk raises a
+      ``ValueError`` naming it when computed);
     * xarray DataArray: a DataArray with dims ``(sample_dim, out_dim)`` keeping the
       sample coordinates, lazy when the input is dask-backed.
 
@@ -31,8 +33,11 @@ def apply_rows(view: DataView, fn: Callable[[np.ndarray], np.ndarray], n_out: in
     """
     X = view.data
     if isinstance(X, da.Array):
+        # the model enters the graph once, as a key every chunk task depends on (a Nyström
+        # model carries its landmarks: embedding it in each task would copy them per chunk)
+        model = dask.delayed(fn, name=f"{name}-model-{token}", traverse=False)
         out = X.map_blocks(
-            _apply_block, fn,
+            _apply_block, model,
             dtype=np.float64,
             chunks=(X.chunks[0], (n_out,)),
             meta=np.empty((0, n_out), dtype=np.float64),
