@@ -107,6 +107,23 @@ def _shared_cache(key) -> _PageCache:
         return cache
 
 
+def pages_to_columns(features, apply, X, start_block: int, stop_block: int) -> np.ndarray:
+    """``apply(Xp, page, out)`` of every page of blocks ``[start_block, stop_block)``, side by side.
+
+    ``features`` is a :class:`RandomFeatures` or a Nyström feature set; ``apply`` one of
+    its page evaluations (features, or raw features). Returns ``(n, (stop-start) m)``.
+    """
+    Xp = features.prepare(X)
+    m = features.block_size
+    out = np.empty((Xp.shape[0], (stop_block - start_block) * m), dtype=features.dtype)
+
+    def fill(b0, b1, page):
+        apply(Xp, page, out=out[:, (b0 - start_block) * m:(b1 - start_block) * m])
+
+    features.map_pages(start_block, stop_block, fill, n_rows=Xp.shape[0])
+    return out
+
+
 class RandomFeatures:
     """A stream of seeded random-feature blocks for one kernel.
 
@@ -275,15 +292,7 @@ class RandomFeatures:
 
     def transform(self, X, start_block: int, stop_block: int) -> np.ndarray:
         """Features of blocks ``[start_block, stop_block)`` on ``X``: ``(n, (stop-start) m)``."""
-        Xp = self.prepare(X)
-        m = self.block_size
-        out = np.empty((Xp.shape[0], (stop_block - start_block) * m), dtype=self.dtype)
-
-        def fill(b0, b1, page):
-            self.apply(Xp, page, out=out[:, (b0 - start_block) * m:(b1 - start_block) * m])
-
-        self.map_pages(start_block, stop_block, fill, n_rows=Xp.shape[0])
-        return out
+        return pages_to_columns(self, self.apply, X, start_block, stop_block)
 
     # -- the raw features of the full-data passes -----------------------------------------
     # Random Fourier features are used as they are: the raw features are the features.

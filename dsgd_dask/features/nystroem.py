@@ -20,7 +20,7 @@ import numpy as np
 import scipy.linalg
 
 from dsgd_dask._threads import map_ordered, one_blas_thread, scratch
-from dsgd_dask.features.blocks import PAGE_COLUMNS, PARALLEL_MIN_WORK
+from dsgd_dask.features.blocks import PAGE_COLUMNS, PARALLEL_MIN_WORK, pages_to_columns
 from dsgd_dask.features.kernels import KernelSpec, kernel_matrix
 
 
@@ -264,27 +264,11 @@ class NystroemFeatures:
 
     def transform(self, X, start_block: int, stop_block: int) -> np.ndarray:
         """Features of blocks ``[start_block, stop_block)`` on ``X``: ``(n, (stop-start) m)``."""
-        Xp = self.prepare(X)
-        m = self.block_size
-        out = np.empty((Xp.shape[0], (stop_block - start_block) * m), dtype=self.dtype)
-
-        def fill(b0, b1, page):
-            self.apply(Xp, page, out=out[:, (b0 - start_block) * m:(b1 - start_block) * m])
-
-        self.map_pages(start_block, stop_block, fill, n_rows=Xp.shape[0])
-        return out
+        return pages_to_columns(self, self.apply, X, start_block, stop_block)
 
     def raw_transform(self, X, start_block: int, stop_block: int) -> np.ndarray:
         """Kernel sections on the landmarks of blocks ``[start_block, stop_block)``: ``(n, (stop-start) m)``."""
-        Xp = self.prepare(X)
-        m = self.block_size
-        out = np.empty((Xp.shape[0], (stop_block - start_block) * m), dtype=self.dtype)
-
-        def fill(b0, b1, page):
-            self.raw(Xp, page, out=out[:, (b0 - start_block) * m:(b1 - start_block) * m])
-
-        self.map_pages(start_block, stop_block, fill, n_rows=Xp.shape[0])
-        return out
+        return pages_to_columns(self, self.raw, X, start_block, stop_block)
 
     def _blockwise(self, a: np.ndarray, transpose: bool) -> np.ndarray:
         m = self.block_size
