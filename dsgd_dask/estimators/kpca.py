@@ -23,7 +23,14 @@ from dsgd_dask.features.kernels import KernelSpec
 from dsgd_dask.features.nystroem import NystroemFeatures
 from dsgd_dask.model.expansion import KernelExpansion
 from dsgd_dask.model.store import StoreError, write_store
-from dsgd_dask.rules.subspace import contraction, estimated_error, orthonormal, ritz_step, subspace_sin2
+from dsgd_dask.rules.subspace import (
+    contraction,
+    estimated_error,
+    orthonormal,
+    residual_sin2,
+    ritz_step,
+    subspace_sin2,
+)
 from dsgd_dask.streams.batches import chunk_tasks, landmark_rows, sample_rows, skip_done
 from dsgd_dask.transform.lazy import apply_rows
 
@@ -76,7 +83,7 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
     * ``solver="subspace"`` (default): a warm start on a sample, then passes over all
       the data of block subspace iteration with Rayleigh–Ritz (``Cov(z) V`` accumulated
       as a reduction over row chunks: on a cluster every worker computes its chunks at
-      once), converging geometrically until the estimated error is below ``tol``;
+      once), converging geometrically until the residual estimate of the error is below ``tol``;
     * ``solver="oja"``: doubly stochastic gradient steps (Xie, Liang & Song 2015), each on
       a mini-batch of rows and one block of features, ``O(1/t)``.
 
@@ -113,11 +120,11 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
         Subspace solver: directions carried beyond ``k`` (``"auto"``: ``k + 10``). The
         error shrinks by ``(lambda_{k+q+1} / lambda_k)^2`` per pass.
     tol : float, default=1e-4
-        Subspace solver: stop when the estimated remaining error of the top-``k``
-        subspace (``sin^2`` of its largest principal angle to the converged one, from the
-        change of the last pass and the observed rate) is at most ``tol``. The error of
-        the features themselves (the representation) comes on top and is set by
-        ``n_features``.
+        Subspace solver: stop (from the second pass on) when the estimated error of the
+        top-``k`` subspace, ``sin^2`` of its largest principal angle to the converged one
+        estimated from the residuals ``Cov(z) r_i - lambda_i r_i`` of the pass, is at most
+        ``tol``. The error of the features themselves (the representation) comes on top
+        and is set by ``n_features``.
     batch_size : int, default=256
         Steps: rows per step ``B``.
     max_iter : int or "auto", default="auto"
@@ -186,8 +193,9 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
         Passes over the data (subspace solver) or update steps taken (steps).
     convergence_ : list of dict
         Subspace solver: per pass, how far the top-``k`` subspace moved (``change``), the
-        estimated remaining error (``None`` after the first pass, which only re-solves
-        the warm start on all rows) and the eigenvalues.
+        residual estimate of its error (``estimated_error``), an extrapolation of the
+        change at the estimated rate (``rate_estimate``, from the second pass) and the
+        eigenvalues.
     seed_ : int
         Root seed the model was built from.
     n_features_in_ : int
@@ -201,8 +209,9 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
     -----
     A pass with ``M`` features, ``p = k + n_oversamples`` directions and ``n`` rows costs
     ``2 n d M`` flops for the kernel sections (or Fourier features) plus ``4 n M p``; memory
-    ``O(M p)`` plus one chunk. The estimated error uses the ratio of the smallest to the
-    ``k``-th Ritz value as the rate, an estimate of ``lambda_{p+1}/lambda_k`` (not a bound).
+    ``O(M p)`` plus one chunk. The error estimate divides each residual by the gap between
+    its Ritz value and the smallest one (a stand-in for ``lambda_{p+1}``): an estimate, as
+    Krylov eigensolvers use, not a bound.
 
     One step with mini-batch ``X`` and block ``t``: ``h = H(X)``, ``C = h^T h / B``,
     old coefficients ``A_j <- A_j (I - eta C)`` (``I - eta UT[C]`` when ordered),
@@ -514,13 +523,16 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
             sums = full_pass(view, features, J, V, self._shift, p["center"], token=token, features_ref=ref)
             R, lam, V_next = ritz_step(V, sums.cov_times)
             mean = sums.mean
-            # the first pass re-solves the warm start's block on all rows; only from the second
-            # on do successive Ritz spaces come from successive blocks, and measure convergence
+            # The error of the Ritz space is estimated from its residuals on all rows. The
+            # fit stops no earlier than the second pass: the first only re-solves the warm
+            # start's block, which has not yet been multiplied by the full covariance.
             change = subspace_sin2(prev, R[:, :k])
-            err = estimated_error(change, contraction(lam, k)) if t > 0 else None
+            err = residual_sin2(V, sums.cov_times, R, lam, k)
             t += 1
-            done = err is not None and err <= p["tol"]
+            done = t >= 2 and err <= p["tol"]
             self.convergence_.append({"pass": t, "change": change, "estimated_error": err,
+                                      "rate_estimate": (estimated_error(change, contraction(lam, k))
+                                                        if t > 1 else None),
                                       "eigenvalues": (lam[:k] / J).tolist()})
             V, prev = V_next, R[:, :k]
             if progress is not None:

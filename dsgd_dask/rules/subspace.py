@@ -83,3 +83,26 @@ def estimated_error(change: float, rho: float) -> float:
     if rho >= 1.0:
         return float("inf")
     return change * rho / (1.0 - np.sqrt(rho)) ** 2
+
+
+def residual_sin2(V: np.ndarray, CV: np.ndarray, R: np.ndarray, lam: np.ndarray, k: int) -> float:
+    """Estimated ``sin^2`` of the largest angle between the top-``k`` Ritz space and the true one.
+
+    The residuals ``e_i = C r_i - lam_i r_i`` of the Ritz pairs of ``V`` are orthogonal to
+    ``V``; if the true eigenvector is ``u_i = cos t r_i + sin t q_i`` with ``q_i`` outside
+    ``V``, then ``cos t e_i = sin t (lam_i - Q C Q) q_i`` (``Q`` the projector off ``V``),
+    so ``tan t <= |e_i| / (lam_i - lam_max(Q C Q))``. With the smallest Ritz value standing
+    in for ``lam_max(Q C Q)`` (about ``lam_{p+1}`` once ``V`` holds the top ``p``
+    directions), the estimate is the largest singular value of ``E diag(1 / gap)``,
+    squared: an a posteriori residual test, as Krylov eigensolvers stop on. It is an
+    estimate, not a bound: a direction between ``lam_k`` and ``lam_p`` missing from ``V``
+    would make the gaps too large.
+    """
+    Rk = R[:, :k]
+    E = CV @ (V.T @ Rk) - Rk * lam[:k]
+    gap = lam[:k] - max(lam[-1], 0.0)
+    if Rk.shape[1] == 0 or np.any(gap <= 0) or not np.all(np.isfinite(E)):
+        return 1.0
+    s = np.linalg.svd(E / gap, compute_uv=False)
+    t2 = float(s.max()) ** 2
+    return t2 / (1.0 + t2)  # sin^2 from tan^2
