@@ -158,12 +158,6 @@ class NystroemFeatures:
         self.normalization = normalization
         self._prepared = None
 
-    @classmethod
-    def from_rows(cls, kernel: KernelSpec, rows: np.ndarray, block_size: int, seed: int, dtype="float32",
-                  center=None, cache_bytes: int | None = None) -> NystroemFeatures:
-        """Blocks of ``block_size`` consecutive landmark ``rows`` with their whitenings."""
-        return cls(kernel, rows, block_size, seed, dtype, center=center, cache_bytes=cache_bytes)
-
     def _whitenings(self, n_blocks: int) -> np.ndarray:
         m = self.block_size
         out = np.empty((n_blocks, m, m))
