@@ -7,28 +7,12 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import KERNEL_CASES, kernel_id
 
 from dsgd_dask.features import KernelSpec, RandomFeatures, generate_block, kernel_matrix, median_bandwidth
 
-KERNEL_CASES = [
-    KernelSpec("gaussian", 1.3),
-    KernelSpec("laplacian", 2.0),
-    KernelSpec("cauchy", 1.5),
-    KernelSpec("matern", 1.7, nu=0.5),
-    KernelSpec("matern", 1.7, nu=1.5),
-    KernelSpec("matern", 1.7, nu=2.5),
-    KernelSpec("arccos", 1.0, order=0),
-    KernelSpec("arccos", 1.0, order=1),
-    KernelSpec("arccos", 1.0, order=2),
-]
 
-
-def _ids(spec):
-    extra = f"nu{spec.nu}" if spec.nu is not None else f"order{spec.order}" if spec.order is not None else ""
-    return f"{spec.name}{extra}"
-
-
-@pytest.mark.parametrize("spec", KERNEL_CASES, ids=_ids)
+@pytest.mark.parametrize("spec", KERNEL_CASES, ids=kernel_id)
 def test_block_average_converges_to_kernel(spec):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(40, 3)) * 0.8

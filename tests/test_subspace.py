@@ -7,6 +7,7 @@ import dask.array as da
 import numpy as np
 import pytest
 import zarr
+from conftest import KERNEL_CASES, kernel_id
 
 from dsgd_dask import DSGDKernelPCA, ExactKernelPCA, NystroemPCA, RandomFeaturePCA, load
 from dsgd_dask.engine.passes import full_pass
@@ -16,17 +17,17 @@ from dsgd_dask.metrics import principal_angle_sin2
 from dsgd_dask.rules.subspace import contraction, orthonormal, residual_sin2, ritz_step, subspace_sin2
 from dsgd_dask.streams.inputs import DataView
 
-KERNEL_CASES = [
-    KernelSpec("gaussian", 2.0),
-    KernelSpec("laplacian", 3.0),
-    KernelSpec("cauchy", 2.0),
-    KernelSpec("matern", 2.0, nu=0.5),
-    KernelSpec("matern", 2.0, nu=1.5),
-    KernelSpec("matern", 2.0, nu=2.5),
-    KernelSpec("arccos", 1.5, order=0),
-    KernelSpec("arccos", 1.5, order=1),
-    KernelSpec("arccos", 1.5, order=2),
-]
+#: Every kernel family at a bandwidth keeping kernel values of order one (the float32
+#: tolerances below are absolute).
+SECTION_CASES = [spec.with_bandwidth(2.0) for spec in KERNEL_CASES]
+
+
+def _dense_spectrum(seed: int, n: int, decay: float):
+    """A random generator, and a dense SPD matrix ``C = Q diag(decay^i) Q^T`` with its eigenpairs."""
+    rng = np.random.default_rng(seed)
+    Q = np.linalg.qr(rng.normal(size=(n, n)))[0]
+    lam = decay ** np.arange(n)
+    return rng, Q, lam, (Q * lam) @ Q.T
 
 
 # -- the rule -----------------------------------------------------------------------------------
@@ -34,11 +35,8 @@ KERNEL_CASES = [
 def test_ritz_steps_converge_at_the_predicted_rate():
     # A dense SPD matrix with known spectrum: the top-k Ritz space approaches the top-k
     # eigenvectors geometrically, sin^2 shrinking by about (lam_{p+1}/lam_k)^2 per step.
-    rng = np.random.default_rng(0)
     n, k, p = 200, 4, 8
-    Q = np.linalg.qr(rng.normal(size=(n, n)))[0]
-    lam = 0.8 ** np.arange(n)
-    C = (Q * lam) @ Q.T
+    rng, Q, lam, C = _dense_spectrum(0, n, 0.8)
     V = orthonormal(rng.normal(size=(n, p)))
     errs = []
     for _ in range(12):
@@ -55,11 +53,8 @@ def test_ritz_steps_converge_at_the_predicted_rate():
 def test_residual_estimate_tracks_the_true_error():
     # Once the block holds the top p directions, the residual estimate of the top-k Ritz
     # space's sin^2 is within a small factor of the true error, pass after pass.
-    rng = np.random.default_rng(3)
     n, k, p = 300, 5, 12
-    Q = np.linalg.qr(rng.normal(size=(n, n)))[0]
-    lam = 0.85 ** np.arange(n)
-    C = (Q * lam) @ Q.T
+    rng, Q, _, C = _dense_spectrum(3, n, 0.85)
     V = orthonormal(rng.normal(size=(n, p)))
     pairs = []
     for _ in range(10):
@@ -83,7 +78,7 @@ def test_orthonormal_keeps_width_on_dependent_columns():
 
 # -- Nyström features ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("spec", KERNEL_CASES, ids=lambda s: f"{s.name}-{s.nu or s.order or ''}")
+@pytest.mark.parametrize("spec", SECTION_CASES, ids=kernel_id)
 def test_kernel_sections_match_the_exact_kernel(spec):
     rng = np.random.default_rng(2)
     X, L = rng.normal(size=(50, 6)), rng.normal(size=(20, 6))
@@ -98,7 +93,7 @@ def test_kernel_sections_match_the_exact_kernel(spec):
     np.testing.assert_allclose(K32, kernel_matrix(spec, X, L), atol=2e-5)
 
 
-@pytest.mark.parametrize("spec", [KERNEL_CASES[0], KERNEL_CASES[4], KERNEL_CASES[7]], ids=str)
+@pytest.mark.parametrize("spec", [SECTION_CASES[0], SECTION_CASES[4], SECTION_CASES[7]], ids=kernel_id)
 def test_nystroem_block_on_all_rows_reproduces_the_kernel(spec):
     # With every row a landmark, z(x).z(y) is the kernel itself on those rows.
     X = np.random.default_rng(3).normal(size=(60, 4))

@@ -6,13 +6,13 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
-from dsgd_dask._linalg import small_eigh
 from dsgd_dask._validation import check_choice, check_int
 from dsgd_dask.baselines._common import fingerprint, top_eigenpairs
 from dsgd_dask.baselines._moments import FourierMap, LinearProjection, NystroemMap, feature_moments
 from dsgd_dask.estimators._base import RandomFeatureEstimatorMixin
 from dsgd_dask.estimators.kpca import N_SAMPLE
 from dsgd_dask.features.kernels import kernel_matrix
+from dsgd_dask.features.nystroem import inverse_sqrt
 from dsgd_dask.streams.batches import landmark_rows, sample_rows
 from dsgd_dask.transform.lazy import apply_rows
 
@@ -321,21 +321,15 @@ class NystroemPCA(_FeatureSpacePCA):
         self._n_landmarks = budget
 
     def _feature_map(self, view, spec, sample):
-        landmarks = _landmark_rows(view, min(self._n_landmarks, view.n_samples), self.seed_)
-        s, u = small_eigh(kernel_matrix(spec, landmarks))
-        keep = s > max(s[-1], 0.0) * len(s) * np.finfo(np.float64).eps
-        if not keep.any():
+        landmarks = landmark_rows(view, min(self._n_landmarks, view.n_samples), self.seed_)
+        normalization = inverse_sqrt(kernel_matrix(spec, landmarks))
+        if normalization.shape[1] == 0:
             raise ValueError(
                 "the kernel is zero on every landmark (e.g. all-zero rows with the arccos kernel); "
                 "no Nyström features can be formed"
             )
-        normalization = u[:, keep] / np.sqrt(s[keep])
         self.landmarks_ = landmarks
         self.normalization_ = normalization
         key = (type(self).__name__, sorted(spec.to_dict().items()), landmarks, normalization)
         return NystroemMap(spec, landmarks, normalization), key
 
-
-def _landmark_rows(view, m: int, seed: int) -> np.ndarray:
-    """``m`` distinct rows drawn uniformly (seeded), as float64; lazy inputs read only those rows."""
-    return landmark_rows(view, m, seed)

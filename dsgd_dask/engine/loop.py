@@ -55,9 +55,6 @@ class PassProgress:
                           f"estimated error {err}  {elapsed:6.1f}s\n")
         self.stream.flush()
 
-    def close(self) -> None:
-        self.stream.flush()
-
 
 def run_task(state: KPCAState, slab, task, features, cfg) -> KPCAState:
     """Run one task of a plan in this process: a chunk task or a partitioned task."""

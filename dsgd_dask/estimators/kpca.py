@@ -542,8 +542,6 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
                                   {"lam": lam, "mean": mean, "done": np.array([done]), "shift": self._shift})
             if callback is not None:
                 callback(t, KernelExpansion(features, prev / np.sqrt(J)))
-        if progress is not None:
-            progress.close()
         del ref
         if lam is None:  # max_iter passes already taken: nothing to refine
             raise ValueError("max_iter must allow at least one pass over the data")

@@ -107,24 +107,87 @@ def _shared_cache(key) -> _PageCache:
         return cache
 
 
-def pages_to_columns(features, apply, X, start_block: int, stop_block: int) -> np.ndarray:
-    """``apply(Xp, page, out)`` of every page of blocks ``[start_block, stop_block)``, side by side.
+class FeatureBlocks:
+    """What every feature set shares: inputs, blocks grouped in pages, their evaluation.
 
-    ``features`` is a :class:`RandomFeatures` or a Nyström feature set; ``apply`` one of
-    its page evaluations (features, or raw features). Returns ``(n, (stop-start) m)``.
+    A subclass supplies ``_page(p, lo, hi, stop_block)``, the payload of blocks ``lo`` to
+    ``hi`` of page ``p`` that its ``apply`` and ``raw`` evaluate, and ``_column_cost``,
+    the multiply-adds per row and feature column of a page (to decide whether pages go
+    to threads).
     """
-    Xp = features.prepare(X)
-    m = features.block_size
-    out = np.empty((Xp.shape[0], (stop_block - start_block) * m), dtype=features.dtype)
 
-    def fill(b0, b1, page):
-        apply(Xp, page, out=out[:, (b0 - start_block) * m:(b1 - start_block) * m])
+    def __init__(self, kernel: KernelSpec, n_features_in: int, block_size: int, seed: int, dtype, center):
+        self.kernel = kernel
+        self.n_features_in = int(n_features_in)
+        self.block_size = int(block_size)
+        self.seed = int(seed)
+        self.dtype = np.dtype(dtype)
+        if self.dtype not in (np.float32, np.float64):
+            raise ValueError(f"feature dtype must be float32 or float64, got {self.dtype}")
+        if center is not None and kernel.shift_invariant:
+            center = np.asarray(center, dtype=self.dtype).reshape(-1)
+            if center.shape != (self.n_features_in,):
+                raise ValueError(f"center must have shape ({self.n_features_in},), got {center.shape}")
+        else:
+            center = None
+        self.center = center
+        self.blocks_per_page = max(1, PAGE_COLUMNS // self.block_size)
 
-    features.map_pages(start_block, stop_block, fill, n_rows=Xp.shape[0])
-    return out
+    def prepare(self, X) -> np.ndarray:
+        """Inputs in the feature dtype, shifted by ``center``."""
+        X = np.asarray(X)
+        if self.center is not None:
+            return np.subtract(X, self.center, dtype=self.dtype)
+        return X.astype(self.dtype, copy=False)
+
+    def map_pages(self, start_block: int, stop_block: int, fn, n_rows: int = 0) -> list:
+        """``fn(block0, block1, page)`` for every page covering ``[start_block, stop_block)``.
+
+        ``page`` is the payload of blocks ``[block0, block1)``, to pass to :meth:`apply` or
+        :meth:`raw`. The pages are made (generated, taken from a cache or prepared) and
+        passed to ``fn`` in parallel threads when ``n_rows`` rows make it worth it, each
+        with one BLAS thread; the results come back in page order. A payload may live in
+        a per-thread scratch buffer: ``fn`` must not keep it.
+        """
+        bpp = self.blocks_per_page
+        if stop_block <= start_block:
+            return []
+        spans = []
+        for p in range(start_block // bpp, (stop_block - 1) // bpp + 1):
+            first = p * bpp
+            spans.append((p, max(start_block, first) - first, min(stop_block, first + bpp) - first))
+
+        def one(span):
+            p, lo, hi = span
+            first = p * bpp
+            return fn(first + lo, first + hi, self._page(p, lo, hi, stop_block))
+
+        work = n_rows * self._column_cost * bpp * self.block_size
+        with one_blas_thread():
+            return map_ordered(one, spans, parallel=work >= PARALLEL_MIN_WORK)
+
+    def _columns(self, apply, X, start_block: int, stop_block: int) -> np.ndarray:
+        """``apply(Xp, page, out)`` of every page of blocks ``[start_block, stop_block)``, side by side."""
+        Xp = self.prepare(X)
+        m = self.block_size
+        out = np.empty((Xp.shape[0], (stop_block - start_block) * m), dtype=self.dtype)
+
+        def fill(b0, b1, page):
+            apply(Xp, page, out=out[:, (b0 - start_block) * m:(b1 - start_block) * m])
+
+        self.map_pages(start_block, stop_block, fill, n_rows=Xp.shape[0])
+        return out
+
+    def transform(self, X, start_block: int, stop_block: int) -> np.ndarray:
+        """Features of blocks ``[start_block, stop_block)`` on ``X``: ``(n, (stop-start) m)``."""
+        return self._columns(self.apply, X, start_block, stop_block)
+
+    def raw_transform(self, X, start_block: int, stop_block: int) -> np.ndarray:
+        """Raw features (before any linear map) of blocks ``[start_block, stop_block)``."""
+        return self._columns(self.raw, X, start_block, stop_block)
 
 
-class RandomFeatures:
+class RandomFeatures(FeatureBlocks):
     """A stream of seeded random-feature blocks for one kernel.
 
     Parameters
@@ -149,22 +212,8 @@ class RandomFeatures:
 
     def __init__(self, kernel: KernelSpec, n_features_in: int, block_size: int, seed: int,
                  dtype="float32", center=None, cache_bytes: int | None = None):
-        self.kernel = kernel
-        self.n_features_in = int(n_features_in)
-        self.block_size = int(block_size)
-        self.seed = int(seed)
-        self.dtype = np.dtype(dtype)
-        if self.dtype not in (np.float32, np.float64):
-            raise ValueError(f"feature dtype must be float32 or float64, got {self.dtype}")
-        if center is not None and kernel.shift_invariant:
-            center = np.asarray(center, dtype=self.dtype).reshape(-1)
-            if center.shape != (self.n_features_in,):
-                raise ValueError(f"center must have shape ({self.n_features_in},), got {center.shape}")
-        else:
-            center = None
-        self.center = center
+        super().__init__(kernel, n_features_in, block_size, seed, dtype, center)
         self.cache_bytes = default_cache_bytes() if cache_bytes is None else int(cache_bytes)
-        self.blocks_per_page = max(1, PAGE_COLUMNS // self.block_size)
         self._init_cache()
 
     # -- cache handling -------------------------------------------------------------
@@ -233,42 +282,17 @@ class RandomFeatures:
         for i in range(lo, hi):
             fill_block(self.kernel, self.seed, first + i, wt[i * m:(i + 1) * m], b[i * m:(i + 1) * m])
 
-    def map_pages(self, start_block: int, stop_block: int, fn, n_rows: int = 0) -> list:
-        """``fn(block0, block1, page)`` for every page covering ``[start_block, stop_block)``.
+    @property
+    def _column_cost(self) -> int:
+        return self.n_features_in
 
-        ``page`` is ``(W, b)`` for blocks ``[block0, block1)``, to pass to :meth:`apply`.
-        The pages are generated (or taken from the cache) and passed to ``fn`` in parallel
-        threads when ``n_rows`` rows make it worth it, each with one BLAS thread; the
-        results come back in page order. ``W`` (``d x`` columns) and ``b`` may live in a
-        per-thread scratch buffer: ``fn`` must not keep them.
-        """
-        bpp = self.blocks_per_page
-        if stop_block <= start_block:
-            return []
-        spans = []
-        for p in range(start_block // bpp, (stop_block - 1) // bpp + 1):
-            first = p * bpp
-            spans.append((p, max(start_block, first) - first, min(stop_block, first + bpp) - first))
+    def _page(self, p: int, lo: int, hi: int, stop_block: int):
+        """``(W, b)`` of blocks ``lo`` to ``hi`` of page ``p`` (generated or cached)."""
         m = self.block_size
-
-        def one(span):
-            p, lo, hi = span
-            w, b = self.page(p, stop_block)
-            first = p * bpp
-            return fn(first + lo, first + hi, (w[:, lo * m:hi * m], b[lo * m:hi * m]))
-
-        work = n_rows * self.n_features_in * bpp * m
-        with one_blas_thread():
-            return map_ordered(one, spans, parallel=work >= PARALLEL_MIN_WORK)
+        w, b = self.page(p, stop_block)
+        return w[:, lo * m:hi * m], b[lo * m:hi * m]
 
     # -- feature evaluation -----------------------------------------------------------
-    def prepare(self, X) -> np.ndarray:
-        """Inputs in the feature dtype, shifted by ``center``."""
-        X = np.asarray(X)
-        if self.center is not None:
-            return np.subtract(X, self.center, dtype=self.dtype)
-        return X.astype(self.dtype, copy=False)
-
     def apply(self, Xp: np.ndarray, page, out=None) -> np.ndarray:
         """Features of prepared inputs for a page ``(W, b)`` of frequencies and phases (in place in ``out``)."""
         w, b = page
@@ -290,14 +314,9 @@ class RandomFeatures:
                 z *= scale
         return z
 
-    def transform(self, X, start_block: int, stop_block: int) -> np.ndarray:
-        """Features of blocks ``[start_block, stop_block)`` on ``X``: ``(n, (stop-start) m)``."""
-        return pages_to_columns(self, self.apply, X, start_block, stop_block)
-
     # -- the raw features of the full-data passes -----------------------------------------
     # Random Fourier features are used as they are: the raw features are the features.
     raw = apply
-    raw_transform = transform
     raw_are_features = True
 
     def fold(self, coef: np.ndarray) -> np.ndarray:

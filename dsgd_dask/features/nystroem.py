@@ -17,10 +17,10 @@ into the accumulated sums (:meth:`unfold`) instead of into every row.
 from __future__ import annotations
 
 import numpy as np
-import scipy.linalg
 
-from dsgd_dask._threads import map_ordered, one_blas_thread, scratch
-from dsgd_dask.features.blocks import PAGE_COLUMNS, PARALLEL_MIN_WORK, pages_to_columns
+from dsgd_dask._linalg import small_eigh
+from dsgd_dask._threads import one_blas_thread, scratch
+from dsgd_dask.features.blocks import FeatureBlocks
 from dsgd_dask.features.kernels import KernelSpec, kernel_matrix
 
 
@@ -86,22 +86,20 @@ def kernel_sections(spec: KernelSpec, Xp: np.ndarray, Lt: np.ndarray, lsq: np.nd
     return K
 
 
-def whitening(kernel_block: np.ndarray, dtype) -> np.ndarray:
-    """``K^{-1/2}`` of a landmark kernel matrix on its numerically nonzero eigenvalues.
+def inverse_sqrt(kernel_block: np.ndarray, dtype=np.float64) -> np.ndarray:
+    """``K^{-1/2}`` of a landmark kernel matrix on its numerically nonzero eigenvalues: ``(m, r)``.
 
-    Eigenvalues below ``m * eps * max`` (``eps`` of the feature precision) are dropped:
-    their columns are zero, so round-off of the features is never amplified beyond what
-    the precision resolves.
+    With ``K = U S U^T``, the columns ``U_r S_r^{-1/2}`` over the eigenvalues above
+    ``m * eps * max(S)`` (``eps`` of the features' precision ``dtype``), in increasing
+    order of eigenvalue: round-off of the features is never amplified beyond what the
+    precision resolves. ``r`` is 0 when the kernel vanishes on the landmarks.
     """
-    m = kernel_block.shape[0]
-    s, u = scipy.linalg.eigh(kernel_block)
-    keep = s > max(s[-1], 0.0) * m * np.finfo(np.dtype(dtype)).eps
-    out = np.zeros((m, m))
-    out[:, m - keep.sum():] = u[:, keep] / np.sqrt(s[keep])
-    return out
+    s, u = small_eigh(kernel_block)
+    keep = s > max(s[-1], 0.0) * len(s) * np.finfo(np.dtype(dtype)).eps
+    return u[:, keep] / np.sqrt(s[keep])
 
 
-class NystroemFeatures:
+class NystroemFeatures(FeatureBlocks):
     """Nyström feature blocks on stored landmark rows, with the interface of :class:`RandomFeatures`.
 
     Parameters
@@ -127,27 +125,15 @@ class NystroemFeatures:
 
     def __init__(self, kernel: KernelSpec, landmarks, block_size: int, seed: int, dtype="float32",
                  center=None, normalization=None, cache_bytes: int | None = None):
-        self.kernel = kernel
         landmarks = np.asarray(landmarks, dtype=np.float64)
-        self.block_size = int(block_size)
-        if landmarks.ndim != 2 or landmarks.shape[0] == 0 or landmarks.shape[0] % self.block_size:
+        block_size = int(block_size)
+        if landmarks.ndim != 2 or landmarks.shape[0] == 0 or landmarks.shape[0] % block_size:
             raise ValueError(f"landmarks must be 2-D with a positive multiple of block_size={block_size} rows, "
                              f"got shape {landmarks.shape}")
+        super().__init__(kernel, landmarks.shape[1], block_size, seed, dtype, center)
         self.landmarks = landmarks
-        self.n_features_in = landmarks.shape[1]
-        self.seed = int(seed)
-        self.dtype = np.dtype(dtype)
-        if self.dtype not in (np.float32, np.float64):
-            raise ValueError(f"feature dtype must be float32 or float64, got {self.dtype}")
-        if center is not None and kernel.shift_invariant:
-            center = np.asarray(center, dtype=np.float64).reshape(-1)
-            if center.shape != (self.n_features_in,):
-                raise ValueError(f"center must have shape ({self.n_features_in},), got {center.shape}")
-        else:
-            center = None
-        self.center = center
         self.cache_bytes = 0 if cache_bytes is None else int(cache_bytes)
-        self.blocks_per_page = max(1, PAGE_COLUMNS // self.block_size)
+        self._prepared = None
         n_blocks = landmarks.shape[0] // self.block_size
         if normalization is None:
             normalization = self._whitenings(n_blocks)
@@ -156,16 +142,16 @@ class NystroemFeatures:
             raise ValueError(f"normalization must have shape {(n_blocks, self.block_size, self.block_size)}, "
                              f"got {normalization.shape}")
         self.normalization = normalization
-        self._prepared = None
 
     def _whitenings(self, n_blocks: int) -> np.ndarray:
         m = self.block_size
-        out = np.empty((n_blocks, m, m))
+        out = np.zeros((n_blocks, m, m))
         with one_blas_thread():
             for j in range(n_blocks):
                 Lp, lsq = self._prepare_landmarks(self.landmarks[j * m:(j + 1) * m])
                 K = kernel_sections(self.kernel, Lp, np.ascontiguousarray(Lp.T), lsq).astype(np.float64)
-                out[j] = whitening(0.5 * (K + K.T), self.dtype)
+                root = inverse_sqrt(0.5 * (K + K.T), self.dtype)
+                out[j][:, m - root.shape[1]:] = root  # zero columns beyond the rank
         return out
 
     #: The raw features (kernel sections) are whitened to give the features.
@@ -207,38 +193,23 @@ class NystroemFeatures:
         return self._prepared
 
     # -- evaluation -------------------------------------------------------------------------
-    def prepare(self, X) -> np.ndarray:
-        """Inputs in the feature dtype, shifted by ``center``."""
-        X = np.asarray(X)
-        if self.center is not None:
-            return np.subtract(X, self.center, dtype=self.dtype)
-        return X.astype(self.dtype, copy=False)
+    @property
+    def _column_cost(self) -> int:
+        return self.n_features_in + self.block_size
+
+    def _page(self, p: int, lo: int, hi: int, stop_block: int):
+        """Landmarks ``L^T``, their squared norms and whitenings of blocks ``lo`` to ``hi`` of page ``p``."""
+        m = self.block_size
+        lt, lsq, norm = self._pages()[p]
+        return lt[:, lo * m:hi * m], lsq[lo * m:hi * m], norm[lo:hi]
 
     def map_pages(self, start_block: int, stop_block: int, fn, n_rows: int = 0) -> list:
-        """``fn(block0, block1, page)`` for every page covering ``[start_block, stop_block)``, in page order.
-
-        Pages run in parallel threads (one BLAS thread each) when ``n_rows`` make it worth it.
-        """
         if stop_block > self.max_blocks:
             raise IndexError(f"block {stop_block - 1} does not exist: the model has {self.max_blocks} blocks")
-        if stop_block <= start_block:
-            return []
-        bpp, m = self.blocks_per_page, self.block_size
-        pages = self._pages()
-        spans = []
-        for p in range(start_block // bpp, (stop_block - 1) // bpp + 1):
-            first = p * bpp
-            spans.append((p, max(start_block, first) - first, min(stop_block, first + bpp) - first))
+        self._pages()  # prepared once, before the pages go to threads
+        return super().map_pages(start_block, stop_block, fn, n_rows)
 
-        def one(span):
-            p, lo, hi = span
-            lt, lsq, norm = pages[p]
-            first = p * bpp
-            return fn(first + lo, first + hi, (lt[:, lo * m:hi * m], lsq[lo * m:hi * m], norm[lo:hi]))
-
-        work = n_rows * (self.n_features_in + m) * bpp * m
-        with one_blas_thread():
-            return map_ordered(one, spans, parallel=work >= PARALLEL_MIN_WORK)
+    map_pages.__doc__ = FeatureBlocks.map_pages.__doc__
 
     def raw(self, Xp: np.ndarray, page, out=None) -> np.ndarray:
         """Kernel sections ``k(x, L)`` of prepared inputs on the landmarks of a page."""
@@ -255,14 +226,6 @@ class NystroemFeatures:
         for i in range(norm.shape[0]):
             np.matmul(K[:, i * m:(i + 1) * m], norm[i], out=out[:, i * m:(i + 1) * m])
         return out
-
-    def transform(self, X, start_block: int, stop_block: int) -> np.ndarray:
-        """Features of blocks ``[start_block, stop_block)`` on ``X``: ``(n, (stop-start) m)``."""
-        return pages_to_columns(self, self.apply, X, start_block, stop_block)
-
-    def raw_transform(self, X, start_block: int, stop_block: int) -> np.ndarray:
-        """Kernel sections on the landmarks of blocks ``[start_block, stop_block)``: ``(n, (stop-start) m)``."""
-        return pages_to_columns(self, self.raw, X, start_block, stop_block)
 
     def _blockwise(self, a: np.ndarray, transpose: bool) -> np.ndarray:
         m = self.block_size
