@@ -111,3 +111,31 @@ def test_full_passes_on_local_cluster(store, subspace_reference, n_workers):
     assert np.array_equal(model.model_.coef, subspace_reference.model_.coef)
     assert np.array_equal(model.eigenvalues_, subspace_reference.eigenvalues_)
     assert np.array_equal(model.model_.offset, subspace_reference.model_.offset)
+
+
+@pytest.fixture(scope="module")
+def staged_store(tmp_path_factory):
+    """163,840 rows in 20 chunks: the subspace solver runs a sampled stage before its passes."""
+    path = str(tmp_path_factory.mktemp("data") / "staged.zarr")
+    rng = np.random.default_rng(5)
+    centres = rng.normal(size=(6, 8)) * 2.0
+    X = (centres[rng.integers(6, size=163_840)] + rng.normal(size=(163_840, 8))).astype("float32")
+    zarr.create_array(store=path, data=X, chunks=(8192, 8))
+    return path
+
+
+def test_sampled_stages_and_passes_on_local_cluster(staged_store):
+    # The stage's chunk subset and the passes: the same model, bit for bit, on two workers
+    # as on the synchronous scheduler, and the stage's tasks ran on both workers.
+    params = dict(n_components=3, n_features=512, block_size=256, random_state=4)
+    with dask.config.set(scheduler="sync"):
+        ref = DSGDKernelPCA(**params).fit(da.from_zarr(staged_store))
+    with _cluster(2) as cluster, Client(cluster) as client, get_task_stream(client) as stream:
+        model = DSGDKernelPCA(**params).fit(da.from_zarr(staged_store))
+    stage_rows = ref.convergence_[0]["rows"]
+    assert 40_000 <= stage_rows < 163_840 // 4 + 8192
+    assert [e["rows"] for e in model.convergence_] == [e["rows"] for e in ref.convergence_]
+    assert len({t["worker"] for t in stream.data if "dsgd-pass-" in str(t["key"])}) == 2
+    assert np.array_equal(model.model_.coef, ref.model_.coef)
+    assert np.array_equal(model.eigenvalues_, ref.eigenvalues_)
+    assert np.array_equal(model.model_.offset, ref.model_.offset)

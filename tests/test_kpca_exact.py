@@ -57,9 +57,14 @@ def test_ordered_components_match_individually(mnist_fits):
 def test_subspace_eigenvalues_and_variance(mnist_fits):
     X, _, k, sub, _, exact = mnist_fits
     np.testing.assert_allclose(sub.eigenvalues_, exact.eigenvalues_[:k] / X.shape[0], rtol=0.10)
-    # eigenvalues_ are the variances of the transformed training data, in decreasing order
+    # eigenvalues_ are the variances of the transformed training data, in decreasing order:
+    # with the subspace solver they are those of the Nyström approximation of the feature
+    # covariance from the last block, which is below the covariance and meets it to second
+    # order in the subspace error (estimated below tol = 1e-4 at the stop)
     Z = sub.transform(X)
-    np.testing.assert_allclose(Z.var(axis=0), sub.eigenvalues_, rtol=1e-6)
+    var = Z.var(axis=0)
+    np.testing.assert_allclose(var, sub.eigenvalues_, rtol=1e-6 if sub.solver == "oja" else 1e-4)
+    assert np.all(var >= sub.eigenvalues_ * (1 - 1e-6))
     assert np.all(np.diff(sub.eigenvalues_) < 0)
     np.testing.assert_allclose(Z.mean(axis=0), 0.0, atol=1e-8)
 

@@ -14,7 +14,15 @@ from dsgd_dask.engine.passes import full_pass
 from dsgd_dask.features import KernelSpec, RandomFeatures, kernel_matrix
 from dsgd_dask.features.nystroem import NystroemFeatures, kernel_sections
 from dsgd_dask.metrics import principal_angle_sin2
-from dsgd_dask.rules.subspace import contraction, orthonormal, residual_sin2, ritz_step, subspace_sin2
+from dsgd_dask.rules.subspace import (
+    contraction,
+    nystroem_extension,
+    orthonormal,
+    residual_sin2,
+    ritz_step,
+    subspace_sin2,
+)
+from dsgd_dask.streams.batches import chunk_subset
 from dsgd_dask.streams.inputs import DataView
 
 #: Every kernel family at a bandwidth keeping kernel values of order one (the float32
@@ -48,6 +56,58 @@ def test_ritz_steps_converge_at_the_predicted_rate():
     assert observed <= 1.5 * rate  # at least as fast as the bound predicts (up to constants)
     np.testing.assert_allclose(vals[:k], lam[:k], rtol=1e-8)
     assert contraction(vals, k) == pytest.approx((vals[-1] / vals[k - 1]) ** 2)
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_nystroem_extension_is_a_step_ahead_of_the_ritz_vectors(seed):
+    # From the one product C V: the top of C V (V^T C V)^+ V^T C lies in span(C V), is as
+    # accurate as the Ritz vectors of the next block (a product later) and its eigenvalues
+    # are at most C's. Once the block's smallest Ritz value has settled (six steps here),
+    # "residual estimate x contraction" estimates its error to a factor of two from above
+    # and four from below (before that it can be far too small: the solver starts from a warm start
+    # iterated to convergence on a sample).
+    n, k, p = 300, 5, 12
+    rng, Q, lam, C = _dense_spectrum(seed, n, 0.85)
+    V = orthonormal(rng.normal(size=(n, p)))
+    for _ in range(6):
+        _, _, V = ritz_step(V, C @ V)
+    CV = C @ V
+    U, vals_ext = nystroem_extension(V, CV, k)
+    R, vals, V_next = ritz_step(V, CV)
+    R_next, _, _ = ritz_step(V_next, C @ V_next)
+    e_ritz = subspace_sin2(R[:, :k], Q[:, :k])
+    e_ext = subspace_sin2(U, Q[:, :k])
+    e_next = subspace_sin2(R_next[:, :k], Q[:, :k])
+    assert e_ext < 0.2 * e_ritz
+    assert e_ext <= 2 * e_next
+    estimate = residual_sin2(V, CV, R, vals, k) * contraction(vals, k)
+    assert 0.25 * estimate <= e_ext <= 2 * estimate
+    np.testing.assert_allclose(U.T @ U, np.eye(k), atol=1e-12)
+    P = orthonormal(CV)
+    assert np.linalg.norm(U - P @ (P.T @ U)) < 1e-10
+    assert np.all(vals_ext <= lam[:k] * (1 + 1e-12))
+    np.testing.assert_allclose(vals_ext, lam[:k], rtol=1e-6)
+
+
+def test_nystroem_extension_needs_rank_k():
+    # C of rank 3 cannot give 5 directions: None, and the solver falls back on Ritz vectors
+    rng = np.random.default_rng(0)
+    B = rng.normal(size=(50, 3))
+    C = B @ B.T
+    V = orthonormal(rng.normal(size=(50, 8)))
+    assert nystroem_extension(V, C @ V, 5) is None
+    assert nystroem_extension(V, C @ V, 3) is not None
+
+
+def test_chunk_subset_is_seeded_and_covers_the_rows():
+    sizes = [100] * 37 + [40]
+    a = chunk_subset(sizes, 1000, seed=7, key=1)
+    assert np.array_equal(a, chunk_subset(sizes, 1000, seed=7, key=1))
+    assert not np.array_equal(a, chunk_subset(sizes, 1000, seed=7, key=2))
+    assert np.all(np.diff(a) > 0)
+    held = np.asarray(sizes)[a].sum()
+    assert held >= 1000 and held - np.asarray(sizes)[a].max() < 1000  # no more chunks than needed
+    assert len(chunk_subset(sizes, 10**6, seed=7, key=1)) == len(sizes)
 
 
 def test_residual_estimate_tracks_the_true_error():
@@ -155,7 +215,7 @@ def test_default_fit_matches_exact_kernel_pca(mnist_exact, k):
     assert principal_angle_sin2(est.transform(Xt), E[:, :k]) < 1e-3
     np.testing.assert_allclose(est.eigenvalues_, exact.eigenvalues_[:k], rtol=1e-2)
     assert est.convergence_[-1]["estimated_error"] <= est.tol
-    assert 1 <= est.n_iter_ == len(est.convergence_)
+    assert 1 <= est.n_iter_ == len([e for e in est.convergence_ if e["rows"] == X.shape[0]])
 
 
 def test_converged_single_block_equals_nystroem_pca(mnist_small):
@@ -296,3 +356,84 @@ def test_lazy_transform_carries_the_model_once(mnist_small):
     eager = est.transform(Xt.astype(np.float32))
     # float32 features: chunks of 34 rows against slices of 1024 may round differently
     np.testing.assert_allclose(Z.compute(), eager, rtol=0, atol=1e-6 * np.abs(eager).max())
+
+
+# -- sampled stages before the passes ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def mixture_rows():
+    """200,000 rows of an 8-cluster Gaussian mixture in 6-D: enough rows for sampled stages."""
+    rng = np.random.default_rng(0)
+    centres = rng.normal(size=(8, 6)) * 2.0
+    return (centres[rng.integers(8, size=200_000)] + rng.normal(size=(200_000, 6))).astype(np.float32)
+
+
+def test_sampled_stages_then_passes_reach_the_converged_subspace(mixture_rows):
+    # The warm start's 10,000 rows are 1/20 of the data, so a stage of 40,000 rows (whole
+    # 32,768-row slabs: 65,536) runs before the passes. The fit lands on the converged
+    # subspace of the same features (same seed: same landmarks) within the error it
+    # estimates, which is below tol.
+    X = mixture_rows
+    n = X.shape[0]
+    params = dict(n_components=4, n_features=512, block_size=256, compute_dtype="float64", random_state=0)
+    est = DSGDKernelPCA(**params).fit(X)
+    stages = [e for e in est.convergence_ if e["rows"] < n]
+    assert stages and stages[0]["pass"] == 0 and stages[0]["rows"] >= 40_000
+    assert all(e["rows"] <= n // 4 + 32_768 for e in stages)
+    last = est.convergence_[-1]
+    assert last["rows"] == n and last["estimated_error"] <= est.tol
+    assert est.n_iter_ == len(est.convergence_) - len(stages)
+    ref = DSGDKernelPCA(**params, tol=1e-13, max_iter=30).fit(X)
+    assert ref.convergence_[-1]["estimated_error"] <= 1e-13
+    Xs = X[:5000]
+    assert principal_angle_sin2(est.transform(Xs), ref.transform(Xs)) <= last["estimated_error"]
+    np.testing.assert_allclose(est.eigenvalues_, ref.eigenvalues_, rtol=1e-4)
+
+
+def test_sampled_stages_on_a_zarr_store_are_the_same_on_any_scheduler(mixture_rows, tmp_path):
+    # Stages over seeded subsets of the store's chunks: the same model, bit for bit, on
+    # the threaded and the synchronous scheduler (the cluster case is in test_distributed).
+    X = mixture_rows
+    zarr.create_array(store=tmp_path / "x.zarr", data=X, chunks=(8192, 6))
+    params = dict(n_components=3, n_features=512, block_size=256, random_state=2)
+    with dask.config.set(scheduler="threads"):
+        a = DSGDKernelPCA(**params).fit(da.from_zarr(str(tmp_path / "x.zarr")))
+    with dask.config.set(scheduler="sync"):
+        b = DSGDKernelPCA(**params).fit(da.from_zarr(str(tmp_path / "x.zarr")))
+    rows = [e["rows"] for e in a.convergence_]
+    assert rows == [e["rows"] for e in b.convergence_]
+    assert 40_000 <= rows[0] < 40_000 + 8192 and rows[-1] == X.shape[0]
+    assert np.array_equal(a.model_.coef, b.model_.coef)
+    assert np.array_equal(a.eigenvalues_, b.eigenvalues_)
+
+
+@pytest.mark.parametrize("interrupt_at", [2, 3])
+def test_resume_after_a_stage_or_a_pass(mixture_rows, tmp_path, monkeypatch, interrupt_at):
+    # One stage and two passes, interrupted in the first pass (call 2) or the second
+    # (call 3): the resumed fit takes only the calls left and ends on the same model.
+    params = dict(n_components=3, n_features=512, block_size=256, tol=0.0, max_iter=2, random_state=4)
+    ckpt = str(tmp_path / "ckpt.zarr")
+    reference = DSGDKernelPCA(**params).fit(mixture_rows)
+    assert len(reference.convergence_) == 3 and reference.convergence_[0]["rows"] < mixture_rows.shape[0]
+    from dsgd_dask.estimators import kpca as kpca_module
+
+    calls = {"n": 0, "stop": interrupt_at}
+    real = kpca_module.full_pass
+
+    def counting(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == calls["stop"]:
+            raise KeyboardInterrupt("interrupted")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(kpca_module, "full_pass", counting)
+    with pytest.raises(KeyboardInterrupt):
+        DSGDKernelPCA(**params, checkpoint=ckpt).fit(mixture_rows)
+    assert zarr.open_group(ckpt, mode="r").attrs["step"] == interrupt_at - 1
+    calls.update(n=0, stop=None)
+    resumed = DSGDKernelPCA(**params, checkpoint=ckpt).fit(mixture_rows)
+    assert calls["n"] == 3 - (interrupt_at - 1)
+    assert resumed.n_iter_ == reference.n_iter_ == 2
+    assert np.array_equal(resumed.model_.coef, reference.model_.coef)
+    assert np.array_equal(resumed.eigenvalues_, reference.eigenvalues_)
+    assert np.array_equal(resumed.model_.offset, reference.model_.offset)

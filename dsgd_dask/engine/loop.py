@@ -41,18 +41,18 @@ class Progress:
 
 
 class PassProgress:
-    """One line per full-data pass on a terminal stream: how far the subspace moved, time."""
+    """One line per sampled stage or full-data pass on a terminal stream: how far the subspace moved, time."""
 
     def __init__(self, max_passes: int, stream=None):
         self.max_passes = int(max_passes)
         self.stream = stream or sys.stderr
         self.t0 = time.perf_counter()
 
-    def update(self, n_passes: int, change: float, estimated_error: float | None) -> None:
+    def update(self, n_passes: int, change: float, estimated_error: float | None, rows: int | None = None) -> None:
         elapsed = time.perf_counter() - self.t0
         err = "-" if estimated_error is None else f"{estimated_error:.2e}"
-        self.stream.write(f"pass {n_passes}/{self.max_passes}: subspace moved by sin^2 {change:.2e}, "
-                          f"estimated error {err}  {elapsed:6.1f}s\n")
+        what = f"pass {n_passes}/{self.max_passes}" if rows is None else f"stage on {rows:,} rows"
+        self.stream.write(f"{what}: subspace moved by sin^2 {change:.2e}, estimated error {err}  {elapsed:6.1f}s\n")
         self.stream.flush()
 
 

@@ -30,6 +30,8 @@ from dsgd_dask.streams.inputs import DataView, check_finite_block
 SLICE_FLOATS = 1 << 24
 #: Fan-in of the tree reduction over row chunks.
 SPLIT_EVERY = 4
+#: Rows of a row chunk of in-memory (numpy) data.
+SLAB_ROWS = 1 << 15
 
 
 def slice_rows(n_features: int) -> int:
@@ -111,8 +113,16 @@ class PassSums:
     mean: np.ndarray  # (M,)
 
 
+def row_chunks(view: DataView) -> tuple[int, ...]:
+    """Rows of each row chunk of ``view``: its dask chunks, or slabs of :data:`SLAB_ROWS` rows."""
+    if view.is_dask:
+        return tuple(int(c) for c in view.data.chunks[0])
+    n = view.n_samples
+    return tuple(min(SLAB_ROWS, n - r0) for r0 in range(0, n, SLAB_ROWS))
+
+
 def full_pass(view: DataView, features, n_blocks: int, V: np.ndarray, shift: np.ndarray, center: bool,
-              token: str = "", slab_rows: int = 1 << 15, features_ref=None) -> PassSums:
+              token: str = "", features_ref=None, chunks=None) -> PassSums:
     """``Cov(z) V`` and the mean of ``z`` over every row of ``view``, in one pass.
 
     ``V`` holds ``p`` coefficient vectors of the features of the first ``n_blocks``
@@ -120,6 +130,8 @@ def full_pass(view: DataView, features, n_blocks: int, V: np.ndarray, shift: np.
     per row chunk and a tree reduction (computed on the active scheduler); numpy input is
     summed slab by slab. ``features_ref`` may be a ``distributed`` future of
     ``features`` already on the workers (sent once per fit, not once per pass).
+    ``chunks``, increasing indices into :func:`row_chunks`, restricts the pass to
+    those row chunks (the sums are then over their rows only).
     """
     M = n_blocks * features.block_size
     raw_coef = features.fold(V).astype(features.dtype)
@@ -129,6 +141,8 @@ def full_pass(view: DataView, features, n_blocks: int, V: np.ndarray, shift: np.
     if isinstance(X, da.Array):
         if X.numblocks[1] != 1:
             X = X.rechunk({1: -1})
+        if chunks is not None:
+            X = da.concatenate([X.blocks[int(i)] for i in chunks])
         tok = tokenize(X.name, token, raw_coef, shift, n_blocks)
         # the feature set and the coefficients enter the graph once, not with every task
         fkey = features_ref if features_ref is not None else dask.delayed(
@@ -148,8 +162,9 @@ def full_pass(view: DataView, features, n_blocks: int, V: np.ndarray, shift: np.
         (total,) = dask.compute(parts.sum(axis=0, split_every=SPLIT_EVERY), optimize_graph=False)
     else:
         total = np.zeros((M + 1, p + 1))
-        for r0 in range(0, X.shape[0], slab_rows):
-            total += slab_sums(X[r0:r0 + slab_rows], features, n_blocks, raw_coef, shift)
+        for i in range(-(-X.shape[0] // SLAB_ROWS)) if chunks is None else chunks:
+            r0 = int(i) * SLAB_ROWS
+            total += slab_sums(X[r0:r0 + SLAB_ROWS], features, n_blocks, raw_coef, shift)
     n = total[M, p]
     cov_times = features.unfold(total[:M, :p]) / n
     delta = features.unfold(total[:M, p:])[:, 0] / n

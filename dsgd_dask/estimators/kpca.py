@@ -15,7 +15,7 @@ from dsgd_dask._validation import check_choice, check_float, check_int
 from dsgd_dask.engine.checkpoint import Checkpointer, fit_fingerprint
 from dsgd_dask.engine.distributed import active_client
 from dsgd_dask.engine.loop import PassProgress, Progress, run_plan
-from dsgd_dask.engine.passes import full_pass
+from dsgd_dask.engine.passes import full_pass, row_chunks
 from dsgd_dask.engine.steps import KPCAConfig, KPCAState
 from dsgd_dask.estimators._base import RandomFeatureEstimatorMixin
 from dsgd_dask.features.blocks import RandomFeatures
@@ -26,12 +26,13 @@ from dsgd_dask.model.store import StoreError, write_store
 from dsgd_dask.rules.subspace import (
     contraction,
     estimated_error,
+    nystroem_extension,
     orthonormal,
     residual_sin2,
     ritz_step,
     subspace_sin2,
 )
-from dsgd_dask.streams.batches import chunk_tasks, landmark_rows, sample_rows, skip_done
+from dsgd_dask.streams.batches import chunk_subset, chunk_tasks, landmark_rows, sample_rows, skip_done
 from dsgd_dask.transform.lazy import apply_rows
 
 #: Rows of the seeded sample used for the bandwidth, the initial solve and the final
@@ -59,6 +60,11 @@ WARM_FLOATS = 1 << 25
 #: itself is only that accurate.
 WARM_ITERATIONS = 50
 WARM_TOL = 1e-4
+#: Sampled stages of the subspace solver: each on this many times the rows of the one
+#: before (the first on this many times the warm start's rows), while it holds at most
+#: this fraction of all rows (so the stages cost at most a third of a pass).
+STAGE_GROWTH = 4
+STAGE_MAX_FRACTION = 0.25
 #: Spawn-key tag of the warm start's random block.
 WARM_TAG = 0x5741
 
@@ -80,10 +86,11 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
 
     Two solvers:
 
-    * ``solver="subspace"`` (default): a warm start on a sample, then passes over all
-      the data of block subspace iteration with Rayleigh–Ritz (``Cov(z) V`` accumulated
-      as a reduction over row chunks: on a cluster every worker computes its chunks at
-      once), converging geometrically until the residual estimate of the error is below ``tol``;
+    * ``solver="subspace"`` (default): a warm start on a sample, stages on growing
+      random subsets of the row chunks, then passes over all the data of block subspace
+      iteration (``Cov(z) V`` accumulated as a reduction over row chunks: on a cluster
+      every worker computes its chunks at once), converging geometrically until the
+      estimated error is below ``tol``;
     * ``solver="oja"``: doubly stochastic gradient steps (Xie, Liang & Song 2015), each on
       a mini-batch of rows and one block of features, ``O(1/t)``.
 
@@ -120,15 +127,18 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
         Subspace solver: directions carried beyond ``k`` (``"auto"``: ``k + 10``). The
         error shrinks by ``(lambda_{k+q+1} / lambda_k)^2`` per pass.
     tol : float, default=1e-4
-        Subspace solver: stop (from the second pass on) when the estimated error of the
-        top-``k`` subspace, ``sin^2`` of its largest principal angle to the converged one
-        estimated from the residuals ``Cov(z) r_i - lambda_i r_i`` of the pass, is at most
-        ``tol``. The error of the features themselves (the representation) comes on top
-        and is set by ``n_features``.
+        Subspace solver: stop after the first full pass whose estimated error of the
+        top-``k`` subspace (``sin^2`` of its largest principal angle to the converged one)
+        is at most ``tol``. The estimate is the residual estimate of the block's Ritz
+        vectors (from ``Cov(z) r_i - lambda_i r_i`` over all rows) times the estimated
+        contraction of one step, since the model is taken a step further (see Notes).
+        The error of the features themselves (the representation) comes on top and is
+        set by ``n_features``.
     batch_size : int, default=256
         Steps: rows per step ``B``.
     max_iter : int or "auto", default="auto"
-        Subspace solver: largest number of passes over the data (``"auto"``: 20).
+        Subspace solver: largest number of full passes over the data, sampled stages not
+        counted (``"auto"``: 20).
         Steps: number of update steps (``"auto"``: ``max(250, min(3 epochs, 3000))``).
     shuffle_chunks : int, default=1
         Steps, for dask, Zarr and xarray inputs: how many chunks (in a seeded random order per
@@ -182,7 +192,9 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
     ----------
     eigenvalues_ : ndarray of shape (n_components,)
         Variance of each component on the fit sample: the eigenvalues of the (centred)
-        covariance operator, i.e. scikit-learn ``KernelPCA.eigenvalues_ / n_samples``.
+        covariance operator, i.e. scikit-learn ``KernelPCA.eigenvalues_ / n_samples``
+        (subspace solver: of its Nyström approximation from the last block, at most the
+        components' variances and equal to them to second order in the subspace error).
     model_ : KernelExpansion
         The fitted functions (seeds, coefficient blocks, centring offset).
     bandwidth_ : float
@@ -190,12 +202,14 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
     n_features_ : int
         Number of random features in the model.
     n_iter_ : int
-        Passes over the data (subspace solver) or update steps taken (steps).
+        Full passes over the data (subspace solver) or update steps taken (steps).
     convergence_ : list of dict
-        Subspace solver: per pass, how far the top-``k`` subspace moved (``change``), the
-        residual estimate of its error (``estimated_error``), an extrapolation of the
-        change at the estimated rate (``rate_estimate``, from the second pass) and the
-        eigenvalues.
+        Subspace solver: per sampled stage and per full pass, the passes done (``pass``),
+        the rows used (``rows``), how far the top-``k`` subspace moved (``change``), the
+        estimated error (``estimated_error``: for a stage, of the next block on all rows;
+        for a pass, of the model after it) and the eigenvalues; a pass also gives the
+        residual estimate of its Ritz vectors (``residual_error``) and the estimated
+        contraction of a step (``contraction``).
     seed_ : int
         Root seed the model was built from.
     n_features_in_ : int
@@ -209,9 +223,21 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
     -----
     A pass with ``M`` features, ``p = k + n_oversamples`` directions and ``n`` rows costs
     ``2 n d M`` flops for the kernel sections (or Fourier features) plus ``4 n M p``; memory
-    ``O(M p)`` plus one chunk. The error estimate divides each residual by the gap between
-    its Ritz value and the smallest one (a stand-in for ``lambda_{p+1}``): an estimate, as
-    Krylov eigensolvers use, not a bound.
+    ``O(M p)`` plus one chunk. A pass gives ``Y = Cov(z) V`` for the block ``V``; the model
+    after it is the top-``k`` eigenvectors of ``Y (V^T Y)^+ Y^T``, the Nyström
+    approximation of the covariance from ``V``: they lie in the span of ``Y``, one power
+    step past the Ritz vectors of ``V``, and their eigenvalues are at most the
+    covariance's. The error estimate of the Ritz vectors divides each residual by the gap
+    between its Ritz value and the smallest one (a stand-in for ``lambda_{p+1}``); the
+    contraction of a step is estimated by ``(lambda_p / lambda_k)^2`` from the same Ritz
+    values. Both are estimates, as Krylov eigensolvers use, not bounds.
+
+    The sampled stages before the passes each take one subspace iteration on a seeded
+    subset of whole row chunks, four times as many rows as the stage before (the warm
+    start's sample first), while a stage holds at most a quarter of the rows. A stage
+    removes sampling noise from the block at a fraction of a pass's cost; the passes
+    then judge the result on every row. Chunks stored in order (by class, by time) make
+    the subsets biased: the stages help less, the passes still decide.
 
     One step with mini-batch ``X`` and block ``t``: ``h = H(X)``, ``C = h^T h / B``,
     old coefficients ``A_j <- A_j (I - eta C)`` (``I - eta UT[C]`` when ordered),
@@ -473,6 +499,7 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
         M = J * m
         rows = int(min(sample.shape[0], max(N_INIT, WARM_FLOATS // M)))
         width = min(p["n_components"] + p["n_oversamples"], M)
+        self._warm_rows = rows
         raw = features.raw_transform(sample[:rows], 0, J)
         self._shift = raw.mean(axis=0, dtype=np.float64)
         del raw
@@ -498,58 +525,99 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
         return R, lam
 
     def _fit_passes(self, view, callback=None, checkpointer=None) -> None:
-        """Full-data passes of block subspace iteration from the warm start, until converged."""
+        """Sampled stages, then full-data passes of block subspace iteration, until converged.
+
+        A stage is one subspace iteration on the rows of a seeded subset of row chunks,
+        ``STAGE_GROWTH`` times as many rows as the stage before (the warm start's sample
+        first), taken while it holds at most ``STAGE_MAX_FRACTION`` of the rows: the
+        stages together cost at most a third of a pass and remove the sample's noise
+        from the block before the passes. They stop early once the next pass is
+        predicted to end the fit.
+
+        After each full pass the model is the top of the Nyström approximation of the
+        covariance from the block (in the span of ``Cov(z) V``, a power step past the
+        Ritz vectors of ``V``). Its estimated error is the residual estimate of the Ritz
+        vectors times the estimated contraction of one step; the fit stops when that is
+        at most ``tol``.
+        """
         p = self._params
-        J, k = p["n_blocks"], p["n_components"]
+        J, k, tol = p["n_blocks"], p["n_components"], p["tol"]
         features = self._features
         V = self._basis
         prev = V[:, :k]
-        done, start = False, 0
+        sizes = np.asarray(row_chunks(view))
+        n = int(sizes.sum())
+        rows_before = self._warm_rows
+        staging = True
+        done, step, passes = False, 0, 0
         lam = mean = None
         if checkpointer is not None and checkpointer.extra:
             ex = checkpointer.extra
             width = V.shape[1]
             V, prev = self.state_.coef[:, :width].copy(), self.state_.coef[:, width:].copy()
             lam, mean, done = ex["lam"], ex["mean"], bool(ex["done"][0])
+            staging, rows_before, passes = bool(ex["stage"][0]), int(ex["stage"][1]), int(ex["stage"][2])
             self._shift = ex["shift"]
-            start = self.state_.step
+            step = self.state_.step
+            if passes == 0:
+                lam = mean = None
         token = _fingerprint(KernelExpansion(features, np.zeros((J * features.block_size, 1))))
         # on a cluster the feature set (landmarks: M d numbers) goes to the workers once per fit
         client = active_client() if view.is_dask else None
         ref = client.scatter(features, broadcast=True, hash=False) if client is not None else None
         progress = PassProgress(p["max_iter"]) if self.verbose else None
-        t = start
-        while not done and t < p["max_iter"]:
-            sums = full_pass(view, features, J, V, self._shift, p["center"], token=token, features_ref=ref)
-            R, lam, V_next = ritz_step(V, sums.cov_times)
-            mean = sums.mean
-            # The error of the Ritz space is estimated from its residuals on all rows. The
-            # fit stops no earlier than the second pass: the first only re-solves the warm
-            # start's block, which has not yet been multiplied by the full covariance.
-            change = subspace_sin2(prev, R[:, :k])
-            err = residual_sin2(V, sums.cov_times, R, lam, k)
-            t += 1
-            done = t >= 2 and err <= p["tol"]
-            self.convergence_.append({"pass": t, "change": change, "estimated_error": err,
-                                      "rate_estimate": (estimated_error(change, contraction(lam, k))
-                                                        if t > 1 else None),
-                                      "eigenvalues": (lam[:k] / J).tolist()})
-            V, prev = V_next, R[:, :k]
+        while not done and passes < p["max_iter"]:
+            chunks = None
+            if staging and STAGE_GROWTH * rows_before <= STAGE_MAX_FRACTION * n:
+                chunks = chunk_subset(sizes, STAGE_GROWTH * rows_before, self.seed_, key=step)
+            stage = staging = chunks is not None
+            sums = full_pass(view, features, J, V, self._shift, p["center"], token=token, features_ref=ref,
+                             chunks=chunks)
+            R, lam_v, V_next = ritz_step(V, sums.cov_times)
+            err_ritz = residual_sin2(V, sums.cov_times, R, lam_v, k)
+            rho = contraction(lam_v, k)
+            step += 1
+            if stage:
+                # Error of the next block on all rows: the contracted error of this one plus
+                # the noise of this stage's rows (the residual measured here charged to the
+                # noise of the previous, smaller sample, falling as 1 / rows).
+                rows = int(sizes[chunks].sum())
+                ahead = err_ritz * (rho + rows_before / rows)
+                rows_before = rows
+                staging = rho * ahead > tol
+                entry = {"pass": passes, "rows": rows, "change": subspace_sin2(prev, R[:, :k]),
+                         "estimated_error": ahead, "eigenvalues": (lam_v[:k] / J).tolist()}
+                prev = R[:, :k]
+            else:
+                passes += 1
+                ext = nystroem_extension(V, sums.cov_times, k)
+                U, lam, err = (ext[0], ext[1], err_ritz * rho) if ext is not None else (R[:, :k], lam_v[:k],
+                                                                                        err_ritz)
+                mean = sums.mean
+                done = err <= tol
+                entry = {"pass": passes, "rows": n, "change": subspace_sin2(prev, U), "estimated_error": err,
+                         "residual_error": err_ritz, "contraction": rho, "eigenvalues": (lam / J).tolist()}
+                prev = U
+            self.convergence_.append(entry)
+            V = V_next
             if progress is not None:
-                progress.update(t, change, err)
+                progress.update(passes, entry["change"], entry["estimated_error"],
+                                rows=entry["rows"] if stage else None)
             if checkpointer is not None:
-                checkpointer.save(KPCAState(np.hstack([V, prev]), t, 0.0),
-                                  {"lam": lam, "mean": mean, "done": np.array([done]), "shift": self._shift})
-            if callback is not None:
-                callback(t, KernelExpansion(features, prev / np.sqrt(J)))
+                checkpointer.save(KPCAState(np.hstack([V, prev]), step, 0.0),
+                                  {"lam": lam if lam is not None else lam_v[:k], "mean": mean if mean is not None
+                                   else sums.mean, "done": np.array([done]),
+                                   "stage": np.array([staging, rows_before, passes]), "shift": self._shift})
+            if callback is not None and not stage:
+                callback(passes, KernelExpansion(features, prev / np.sqrt(J)))
         del ref
-        if lam is None:  # max_iter passes already taken: nothing to refine
+        if mean is None:  # max_iter passes already taken: nothing to refine
             raise ValueError("max_iter must allow at least one pass over the data")
-        self.n_iter_ = t
-        self.n_passes_ = t
+        self.n_iter_ = passes
+        self.n_passes_ = passes
         coef = prev / np.sqrt(J)
         self.state_ = KPCAState(coef, 0, self.state_.eta_scale)
-        self._pass_result = (lam[:k] / J, mean)
+        self._pass_result = (np.asarray(lam[:k]) / J, mean)
 
     def _finalise_passes(self, sample: np.ndarray) -> None:
         """Centring offset from the full-data mean, eigenvalues from the last pass, signs from the sample."""

@@ -11,6 +11,11 @@ symmetric positive semi-definite ``C`` (one full-data pass), one step
 The top-``k`` Ritz vectors converge to the top eigenvectors of ``C`` at the rate
 ``(lam_{p+1} / lam_k)^t`` per pass (Saad, *Numerical Methods for Large Eigenvalue
 Problems*, ch. 5), geometric where stochastic steps go as ``O(1/t)``.
+
+The same pass also gives the top eigenpairs of the Nyström approximation
+``C V (V^T C V)^+ V^T C`` of ``C`` (:func:`nystroem_extension`): vectors in the span of
+``C V``, one power step ahead of the Ritz vectors of ``V`` at no extra pass (Halko,
+Martinsson & Tropp 2011, §5.4; Tropp et al. 2017).
 """
 
 from __future__ import annotations
@@ -27,6 +32,29 @@ def ritz_step(V: np.ndarray, CV: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     R = V @ W
     V_next = orthonormal(CV @ W)
     return R, lam, V_next
+
+
+def nystroem_extension(V: np.ndarray, CV: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Top-``k`` eigenpairs ``(U, lam)`` of ``CV (V^T C V)^+ (CV)^T``, or ``None`` if its rank is below ``k``.
+
+    ``U`` (orthonormal, ``M x k``) lies in the span of ``C V``; ``lam`` (decreasing) are
+    at most the eigenvalues of ``C`` (the approximation is below ``C`` in the Loewner
+    order). Directions of ``V^T C V`` below ``1e-6`` of its largest eigenvalue (round-off
+    of sums accumulated from single-precision features) are left out of the inverse.
+    """
+    T = V.T @ CV
+    T = 0.5 * (T + T.T)
+    t, W = np.linalg.eigh(T)
+    keep = t > RANK_CUTOFF * max(t.max(initial=0.0), 0.0)
+    if keep.sum() < k:
+        return None
+    B = CV @ (W[:, keep] / np.sqrt(t[keep]))  # CV T^{-1/2}: B B^T is the approximation
+    U, s, _ = np.linalg.svd(B, full_matrices=False)
+    return U[:, :k], s[:k] ** 2
+
+
+#: Relative eigenvalue cutoff of ``V^T C V`` in :func:`nystroem_extension`.
+RANK_CUTOFF = 1e-6
 
 
 def orthonormal(A: np.ndarray) -> np.ndarray:

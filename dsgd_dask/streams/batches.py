@@ -20,6 +20,8 @@ STREAM_TAG = 0x5354
 SAMPLE_TAG = 0x5341
 #: Spawn-key tag of the landmark draw (Nyström features).
 LANDMARK_TAG = 0x4E59
+#: Spawn-key tag of the row-chunk subsets of the subspace solver's sampled stages.
+STAGE_TAG = 0x5347
 #: Mini-batches per slab of an in-memory array.
 BATCHES_PER_SLAB = 64
 
@@ -200,3 +202,17 @@ def landmark_rows(view: DataView, n: int, seed: int, shuffle: bool = False) -> n
     if shuffle:
         rows = rows[rng.permutation(n)]
     return rows
+
+
+def chunk_subset(sizes, rows: int, seed: int, key: int) -> np.ndarray:
+    """Increasing indices of seeded random row chunks (of ``sizes`` rows each) holding at least ``rows`` rows.
+
+    All chunks when they hold fewer. The chunks are drawn uniformly without replacement,
+    so the rows they hold are a uniform sample of the chunks, not of the rows: data
+    stored in order makes a biased subset.
+    """
+    sizes = np.asarray(sizes, dtype=np.int64)
+    rng = np.random.Generator(np.random.SFC64(np.random.SeedSequence(seed, spawn_key=(STAGE_TAG, key))))
+    order = rng.permutation(len(sizes))
+    count = int(np.searchsorted(np.cumsum(sizes[order]), rows) + 1)
+    return np.sort(order[:count])
