@@ -6,7 +6,8 @@ the median bandwidth, every method is fitted on the store in one run and judged 
 ``sin^2`` of the largest principal angle between its projections of the 10,000 MNIST
 test digits and those of a reference:
 
-* ``DSGDKernelPCA`` defaults (Nyström blocks, full-data passes) and other budgets;
+* ``DSGDKernelPCA`` defaults (Nyström blocks, full-data passes), other budgets, and the
+  same budgets split into blocks of 1024 (each whitened on its own);
 * the paper's algorithm (``features="fourier", solver="oja"``): defaults, and 16,384
   features with batches of 1024 for one epoch;
 * Fourier blocks with the full-data passes;
@@ -17,6 +18,9 @@ test digits and those of a reference:
 solves exactly, see ``tests/test_subspace.py``), for two independent landmark draws; their
 agreement (``sin^2`` between the two) is recorded and bounds how small a reported
 ``sin^2`` can meaningfully be.
+
+The reference projections are kept beside the stores (``results/stores/reference_*.npz``)
+and reused by later runs with the same store, k, landmarks and seeds.
 
 Configurations predicted to take longer than ``max_seconds`` (from their flop count and
 the machine's GEMM rate measured in the run) are not run and are listed as skipped.
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import re
 import time
 import warnings
@@ -36,7 +41,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
-from _common import RESULTS_DIR, figure_path, machine_info, run_clean, shifted_mnist_store, write_json
+from _common import RESULTS_DIR, STORES_DIR, figure_path, machine_info, run_clean, shifted_mnist_store, write_json
 
 
 @dataclass(frozen=True)
@@ -47,7 +52,7 @@ class Params:
     nystroem: tuple[int, ...] = (256, 512, 1024, 2048, 4096, 8192)
     rff: tuple[int, ...] = (256, 512, 1024, 2048, 4096, 8192)
     dsgd_features: tuple[int, ...] = (1024, 4096)  # budgets besides the default
-    dsgd_single_block: tuple[int, ...] = (2048, 4096)  # one whitened block of all the features
+    dsgd_small_blocks: tuple[int, ...] = (2048, 4096)  # the same budgets in blocks of 1024
     reference_features: int = 4096
     reference_seeds: tuple[int, ...] = (101, 102)
     max_seconds: float = 600.0
@@ -58,7 +63,7 @@ class Params:
 
 PARAMS = Params()
 QUICK = replace(PARAMS, rows=(16_384,), components=(10,), chunk_rows=4096, nystroem=(256, 512), rff=(512,),
-                dsgd_features=(1024,), dsgd_single_block=(1024,), reference_features=1024, max_seconds=60.0,
+                dsgd_features=(1024,), dsgd_small_blocks=(2048,), reference_features=1024, max_seconds=60.0,
                 wait=False)
 D = 784
 
@@ -73,6 +78,18 @@ def gemm_rate() -> float:
         a @ b
         best = min(best, time.perf_counter() - t0)
     return 2 * 4096 * 784 * 4096 / best
+
+
+def default_budget(k: int) -> int:
+    """``DSGDKernelPCA``'s default number of Nyström features (equal blocks of at most 4096)."""
+    budget = max(2048, 64 * k)
+    n_blocks = -(-budget // 4096)
+    return -(-budget // n_blocks) * n_blocks
+
+
+def pass_flops(n: int, M: int, k: int, passes: float = 2.5) -> float:
+    """Flops of ``passes`` full-data passes with ``M`` features and ``2 k + 10`` directions."""
+    return passes * 2 * n * M * (D + 2 * (2 * k + 10))
 
 
 def configurations(p: Params, n: int, k: int, rate: float):
@@ -90,22 +107,22 @@ def configurations(p: Params, n: int, k: int, rate: float):
             out.append(("RandomFeaturePCA", f"m={m}",
                         lambda m=m: RandomFeaturePCA(k, n_features=m, random_state=p.seed),
                         2 * n * m * (D + m) / rate))
-    M = -(-max(2048, 64 * k) // 1024) * 1024  # the default budget, in whole blocks of 1024
+    M = default_budget(k)
     out.append(("DSGD default", f"M={M}", lambda: DSGDKernelPCA(k, random_state=p.seed),
-                4 * 2 * n * M * (D + 2 * (2 * k + 10)) / rate))
+                pass_flops(n, M, k) / rate))
     for M in p.dsgd_features:
-        if max(2048, 64 * k) != M and 2 * k + 10 <= M:
+        if M != default_budget(k) and 2 * k + 10 <= M:
             out.append(("DSGD Nyström blocks", f"M={M}",
                         lambda M=M: DSGDKernelPCA(k, n_features=M, random_state=p.seed),
-                        4 * 2 * n * M * (D + 2 * (2 * k + 10)) / rate))
-    for M in p.dsgd_single_block:
+                        pass_flops(n, M, k) / rate))
+    for M in p.dsgd_small_blocks:
         if 2 * k + 10 <= M:
-            out.append(("DSGD Nyström blocks", f"M={M}, one block",
-                        lambda M=M: DSGDKernelPCA(k, n_features=M, block_size=M, random_state=p.seed),
-                        4 * 2 * n * M * (D + 2 * (2 * k + 10)) / rate))
+            out.append(("DSGD Nyström blocks", f"M={M}, blocks of 1024",
+                        lambda M=M: DSGDKernelPCA(k, n_features=M, block_size=1024, random_state=p.seed),
+                        pass_flops(n, M, k) / rate))
     out.append(("DSGD Fourier blocks, passes", "M=4096",
                 lambda: DSGDKernelPCA(k, features="fourier", n_features=4096, random_state=p.seed),
-                4 * 2 * n * 4096 * (D + 2 * (2 * k + 10)) / rate))
+                pass_flops(n, 4096, k) / rate))
     if k <= 256:
         steps = max(250, min(3 * -(-n // 256), 3000))
         out.append(("DSGD paper (Fourier, Oja steps)", "defaults",
@@ -125,6 +142,14 @@ def reference(p: Params, X, Xt, k: int, log) -> tuple[np.ndarray, dict]:
     from dsgd_dask.metrics import principal_angle_sin2
 
     R = p.reference_features
+    cache = STORES_DIR / (f"reference_{X.shape[0]}_{p.chunk_rows}_{p.seed}_k{k}_R{R}_"
+                          f"{'-'.join(map(str, p.reference_seeds))}.npz")
+    if cache.exists():  # the same solve of an earlier run (the store is seeded: the same rows)
+        with np.load(cache, allow_pickle=False) as f:
+            info = json.loads(str(f["info"]))
+            info["cached"] = True
+            log(f"  reference from {cache.name} (computed in {sum(info['seconds']):.0f} s)")
+            return f["projection"], info
     projections, info = [], {"features": R, "seeds": list(p.reference_seeds), "seconds": [], "passes": []}
     for s in p.reference_seeds:
         t0 = time.perf_counter()
@@ -137,6 +162,7 @@ def reference(p: Params, X, Xt, k: int, log) -> tuple[np.ndarray, dict]:
         projections.append(np.asarray(est.transform(Xt)))
         log(f"  reference seed {s}: {info['seconds'][-1]:.0f} s, {est.n_iter_} passes")
     info["agreement_sin2"] = principal_angle_sin2(projections[0], projections[1])
+    np.savez(cache, projection=projections[0], info=json.dumps(info))
     return projections[0], info
 
 
@@ -239,6 +265,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--no-wait", action="store_true", help="do not wait for the machine to be idle")
     parser.add_argument("--name", help="result file name (default: frontier, frontier_quick)")
     parser.add_argument("--only", help="run only the configurations whose 'method label' matches this regex")
+    parser.add_argument("--dsgd-features", type=int, nargs="+",
+                        help="DSGD feature budgets besides the default (default: 1024 4096)")
+    parser.add_argument("--reference-features", type=int,
+                        help="landmarks of the one-block reference solve (default: 4096)")
     args = parser.parse_args(argv)
     p = QUICK if args.quick else PARAMS
     if args.rows:
@@ -251,6 +281,10 @@ def main(argv=None) -> dict:
         p = replace(p, wait=False)
     if args.only:
         p = replace(p, only=args.only)
+    if args.dsgd_features:
+        p = replace(p, dsgd_features=tuple(args.dsgd_features))
+    if args.reference_features:
+        p = replace(p, reference_features=args.reference_features)
     name = args.name or ("frontier_quick" if args.quick else "frontier")
     rate = gemm_rate()
 

@@ -164,8 +164,8 @@ class RandomFeaturePCA(_FeatureSpacePCA):
     ``m`` features ``z_j(x) = sqrt(2/m) cos((x - c) W_j + b_j)``, so ``z(x).z(y)``
     estimates ``k(x, y)`` and the covariance of ``z`` estimates the covariance operator.
     The bandwidth and the centre ``c`` come from the seeded sample of up to 10,000 rows
-    that :class:`~dsgd_dask.DSGDKernelPCA` uses (for a dask input, drawn from at most 8
-    chunks); the moments are exact sums over every row. Products are taken after
+    that :class:`~dsgd_dask.DSGDKernelPCA` uses (drawn uniformly from all rows, so from
+    every chunk of a dask input); the moments are exact sums over every row. Products are taken after
     subtracting the mean features of that sample, so float32 features lose nothing to
     cancellation. Cost: ``2 n d M`` flops for the features and ``n M^2`` for the
     moments, memory ``O(M^2)`` plus one chunk, then an ``M x M`` eigen-solve.

@@ -43,10 +43,16 @@ N_INIT = 2_000
 #: A step whose largest component variance exceeds this many times the initial top
 #: eigenvalue counts as diverged.
 GUARD_FACTOR = 10.0
-#: Default block sizes: Nyström blocks are whitened per block, and larger blocks
-#: represent the kernel better (the whitening costs nothing per row in the passes);
-#: Fourier blocks are the paper's.
-NYSTROEM_BLOCK = 1024
+#: Default block sizes. Nyström blocks are whitened each on its own, so ``J`` blocks of
+#: ``m`` landmarks give the average of ``J`` Nyström approximations of ``m`` landmarks, not
+#: the approximation of all ``J m`` (``benchmarks/bench_block_size.py``: at equal ``M``
+#: one block is the most accurate). The subspace solver's passes whiten the coefficients,
+#: never the rows, so a block costs only its one ``m x m`` eigendecomposition: it takes
+#: the budget in as few blocks as possible, of at most ``NYSTROEM_MAX_BLOCK`` (about 10 s
+#: of eigendecomposition on two cores). Steps add a block per step, of
+#: ``NYSTROEM_STEP_BLOCK``. Fourier blocks are the paper's.
+NYSTROEM_MAX_BLOCK = 4096
+NYSTROEM_STEP_BLOCK = 1024
 FOURIER_BLOCK = 256
 #: Default feature budget of the subspace solver: ``max(2048, 64 k)``.
 SUBSPACE_MIN_FEATURES = 2048
@@ -120,9 +126,13 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
         grow by one block per step until the budget is reached; later steps revisit the
         blocks in turn.
     block_size : int or "auto", default="auto"
-        Features per block ``m``: 1024 for Nyström blocks (larger blocks whiten better;
-        the passes apply the whitening to the coefficients, not to every row), 256 for
-        Fourier blocks. With steps, ``>= n_components``.
+        Features per block ``m``. ``"auto"``: Nyström blocks with the subspace solver take
+        the budget in as few equal blocks of at most 4096 as it takes (each block is
+        whitened on its own, and one block of ``M`` landmarks represents the kernel better
+        than several blocks of fewer; the passes apply the whitening to the coefficients,
+        not to every row, so a block costs only its ``m x m`` eigendecomposition); 1024
+        for Nyström blocks with steps; 256 for Fourier blocks. With steps,
+        ``>= n_components``.
     n_oversamples : int or "auto", default="auto"
         Subspace solver: directions carried beyond ``k`` (``"auto"``: ``k + 10``). The
         error shrinks by ``(lambda_{k+q+1} / lambda_k)^2`` per pass.
@@ -390,12 +400,17 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
         kind = check_choice(self.features, "features", ("nystroem", "fourier"))
         solver = check_choice(self.solver, "solver", ("subspace", "oja"))
         block = check_int(self.block_size, "block_size", allow=("auto",))
-        if block == "auto":
-            block = NYSTROEM_BLOCK if kind == "nystroem" else FOURIER_BLOCK
         budget = check_int(self.n_features, "n_features", allow=("auto",))
         if budget == "auto":
             budget = (max(SUBSPACE_MIN_FEATURES, SUBSPACE_FEATURES_PER_COMPONENT * k) if solver == "subspace"
                       else min(4096, max(1024, 2 * n_samples)))
+        if block == "auto":
+            if kind == "fourier":
+                block = FOURIER_BLOCK
+            elif solver == "oja":
+                block = NYSTROEM_STEP_BLOCK
+            else:  # the budget in as few blocks of at most NYSTROEM_MAX_BLOCK as it takes, evenly
+                block = -(-min(budget, n_samples) // -(-min(budget, n_samples) // NYSTROEM_MAX_BLOCK))
         if kind == "nystroem":
             # landmarks are distinct rows of the data
             block = min(block, n_samples)

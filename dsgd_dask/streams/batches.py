@@ -155,33 +155,31 @@ def load_pair(views: tuple[DataView, DataView], task: ChunkTask) -> tuple[np.nda
     return load_slab(views[0], task), load_slab(views[1], task)
 
 
-def sample_rows(view: DataView, n: int, seed: int, key: int = 0, max_chunks: int = 8) -> np.ndarray:
-    """A seeded sample of up to ``n`` rows, reading at most ``max_chunks`` dask chunks.
+def sample_rows(view: DataView, n: int, seed: int, key: int = 0) -> np.ndarray:
+    """A seeded uniform sample of up to ``n`` rows from all of ``view``, in a seeded random order.
 
-    For in-memory data the rows are drawn uniformly without replacement; for dask data
-    a few random chunks are read and rows drawn within them (bounded I/O).
+    The rows are drawn without replacement from every row (so from every chunk: data
+    stored in order, by class or by time, gives an unbiased sample) and read with one
+    compute, each chunk contributing the rows drawn in it. The same seed gives the same
+    rows for an array in memory and for a dask or Zarr copy of it. Non-finite rows raise.
     """
     rng = np.random.Generator(np.random.SFC64(np.random.SeedSequence(seed, spawn_key=(SAMPLE_TAG, key))))
     total = view.n_samples
     n = min(n, total)
-    if not view.is_dask:
-        idx = rng.choice(total, size=n, replace=False)
-        return np.asarray(view.data[np.sort(idx)])[rng.permutation(n)]
-    sizes = np.asarray(view.data.chunks[0])
-    picked = rng.permutation(len(sizes))[:max_chunks]
-    avail = sizes[picked]
-    # rows per chunk proportional to size, capped by what each chunk has
-    want = np.minimum(avail, np.ceil(n * avail / avail.sum()).astype(int))
-    chunks, parts = [], []
-    for c, w in zip(picked, want, strict=True):
-        if w > 0:
-            chunks.append(int(c))
-            parts.append(view.data.blocks[int(c)][np.sort(rng.choice(sizes[c], size=w, replace=False))])
-    parts = dask.compute(*parts)
-    for c, part in zip(chunks, parts, strict=True):
-        check_finite_block(part, f"chunk {c}")
-    sample = np.concatenate(parts)
-    return sample[rng.permutation(len(sample))][:n]
+    idx = np.sort(rng.choice(total, size=n, replace=False))
+    if view.is_dask:
+        # one task per chunk with draws, each returning only its drawn rows
+        bounds = np.cumsum((0,) + view.data.chunks[0])
+        cut = np.searchsorted(idx, bounds)
+        chunks = [c for c in range(len(bounds) - 1) if cut[c + 1] > cut[c]]
+        parts = dask.compute(*(view.data.blocks[c][idx[cut[c]:cut[c + 1]] - bounds[c]] for c in chunks))
+        for c, part in zip(chunks, parts, strict=True):
+            check_finite_block(part, f"chunk {c}")
+        sample = np.concatenate([np.asarray(part) for part in parts])
+    else:
+        sample = np.asarray(view.data[idx])
+        check_finite_block(sample, "the sample rows")
+    return sample[rng.permutation(n)]
 
 
 def landmark_rows(view: DataView, n: int, seed: int, shuffle: bool = False) -> np.ndarray:
