@@ -86,16 +86,22 @@ def kernel_sections(spec: KernelSpec, Xp: np.ndarray, Lt: np.ndarray, lsq: np.nd
     return K
 
 
-def inverse_sqrt(kernel_block: np.ndarray, dtype=np.float64) -> np.ndarray:
+def inverse_sqrt(kernel_block: np.ndarray, dtype=np.float64, entrywise: bool = False) -> np.ndarray:
     """``K^{-1/2}`` of a landmark kernel matrix on its numerically nonzero eigenvalues: ``(m, r)``.
 
     With ``K = U S U^T``, the columns ``U_r S_r^{-1/2}`` over the eigenvalues above
     ``m * eps * max(S)`` (``eps`` of the features' precision ``dtype``), in increasing
-    order of eigenvalue: round-off of the features is never amplified beyond what the
-    precision resolves. ``r`` is 0 when the kernel vanishes on the landmarks.
+    order of eigenvalue. With ``entrywise``, above ``m * eps * max |K_ij|`` instead: the
+    bound on the spectral norm of round-off of relative size ``eps`` in every entry of
+    ``K`` (and of the kernel sections it whitens), so every kept direction is resolved
+    by the precision. For a kernel with ``k(x, x) = 1`` that is about ``m`` times lower
+    than the first rule (``max(S)`` is of the order of ``m`` times the mean entry), and
+    keeps the directions that the first rule drops in single precision although they
+    are resolved. ``r`` is 0 when the kernel vanishes on the landmarks.
     """
     s, u = small_eigh(kernel_block)
-    keep = s > max(s[-1], 0.0) * len(s) * np.finfo(np.dtype(dtype)).eps
+    scale = float(np.abs(kernel_block).max(initial=0.0)) if entrywise else max(s[-1], 0.0)
+    keep = s > scale * len(s) * np.finfo(np.dtype(dtype)).eps
     return u[:, keep] / np.sqrt(s[keep])
 
 
@@ -150,7 +156,7 @@ class NystroemFeatures(FeatureBlocks):
             for j in range(n_blocks):
                 Lp, lsq = self._prepare_landmarks(self.landmarks[j * m:(j + 1) * m])
                 K = kernel_sections(self.kernel, Lp, np.ascontiguousarray(Lp.T), lsq).astype(np.float64)
-                root = inverse_sqrt(0.5 * (K + K.T), self.dtype)
+                root = inverse_sqrt(0.5 * (K + K.T), self.dtype, entrywise=True)
                 out[j][:, m - root.shape[1]:] = root  # zero columns beyond the rank
         return out
 
