@@ -13,11 +13,11 @@ test digits and those of a reference:
 * Fourier blocks with the full-data passes;
 * ``NystroemPCA`` and ``RandomFeaturePCA`` at m = 256 ... 8192.
 
-**Reference.** A converged solve on one Nyström block of ``reference_features`` landmarks
-(``DSGDKernelPCA(n_features=R, block_size=R, tol=1e-9)``: the problem ``NystroemPCA(R)``
-solves exactly, see ``tests/test_subspace.py``), for two independent landmark draws; their
-agreement (``sin^2`` between the two) is recorded and bounds how small a reported
-``sin^2`` can meaningfully be.
+**Reference.** A converged float64 solve on one Nyström block of ``reference_features``
+landmarks (``DSGDKernelPCA(n_features=R, block_size=R, tol=1e-9, compute_dtype="float64")``:
+the problem ``NystroemPCA(R)`` solves exactly, see ``tests/test_subspace.py``), for two
+independent landmark draws; their agreement (``sin^2`` between the two) is recorded and
+bounds how small a reported ``sin^2`` can meaningfully be.
 
 The reference projections are kept beside the stores (``results/stores/reference_*.npz``)
 and reused by later runs with the same store, k, landmarks and seeds.
@@ -142,7 +142,7 @@ def reference(p: Params, X, Xt, k: int, log) -> tuple[np.ndarray, dict]:
     from dsgd_dask.metrics import principal_angle_sin2
 
     R = p.reference_features
-    cache = STORES_DIR / (f"reference_{X.shape[0]}_{p.chunk_rows}_{p.seed}_k{k}_R{R}_"
+    cache = STORES_DIR / (f"reference_f64_{X.shape[0]}_{p.chunk_rows}_{p.seed}_k{k}_R{R}_"
                           f"{'-'.join(map(str, p.reference_seeds))}.npz")
     if cache.exists():  # the same solve of an earlier run (the store is seeded: the same rows)
         with np.load(cache, allow_pickle=False) as f:
@@ -155,7 +155,7 @@ def reference(p: Params, X, Xt, k: int, log) -> tuple[np.ndarray, dict]:
         t0 = time.perf_counter()
         # many directions beyond k: a fast rate, so few passes reach the tight tolerance
         est = DSGDKernelPCA(k, n_features=R, block_size=R, n_oversamples=max(90, 2 * k), tol=1e-9, max_iter=40,
-                            random_state=s).fit(X)
+                            compute_dtype="float64", random_state=s).fit(X)
         info["seconds"].append(time.perf_counter() - t0)
         info["passes"].append(est.n_iter_)
         info.setdefault("eigenvalues", est.eigenvalues_.tolist())
