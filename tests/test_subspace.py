@@ -437,3 +437,30 @@ def test_resume_after_a_stage_or_a_pass(mixture_rows, tmp_path, monkeypatch, int
     assert np.array_equal(resumed.model_.coef, reference.model_.coef)
     assert np.array_equal(resumed.eigenvalues_, reference.eigenvalues_)
     assert np.array_equal(resumed.model_.offset, reference.model_.offset)
+
+
+def test_checkpoint_without_stage_state_is_refused(mixture_rows, tmp_path, monkeypatch):
+    # a checkpoint of the passes without the stage record (an earlier version's) is refused, not misread
+    params = dict(n_components=3, n_features=512, block_size=256, tol=0.0, max_iter=2, random_state=4)
+    ckpt = tmp_path / "ckpt.zarr"
+    from dsgd_dask.estimators import kpca as kpca_module
+    from dsgd_dask.model.store import read_store, write_store
+
+    real = kpca_module.full_pass
+    calls = {"n": 0}
+
+    def interrupting(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt("interrupted")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(kpca_module, "full_pass", interrupting)
+    with pytest.raises(KeyboardInterrupt):
+        DSGDKernelPCA(**params, checkpoint=str(ckpt)).fit(mixture_rows)
+    monkeypatch.setattr(kpca_module, "full_pass", real)
+    attrs, arrays = read_store(ckpt, "checkpoint")
+    del arrays["stage"]
+    write_store(ckpt, "checkpoint", attrs, arrays, overwrite=True)
+    with pytest.raises(ValueError, match="earlier version"):
+        DSGDKernelPCA(**params, checkpoint=str(ckpt)).fit(mixture_rows)

@@ -568,6 +568,9 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
         lam = mean = None
         if checkpointer is not None and checkpointer.extra:
             ex = checkpointer.extra
+            if "stage" not in ex:
+                raise ValueError(f"the checkpoint at {checkpointer.path} was written by an earlier version of "
+                                 "the subspace solver; remove it to fit from the start")
             width = V.shape[1]
             V, prev = self.state_.coef[:, :width].copy(), self.state_.coef[:, width:].copy()
             lam, mean, done = ex["lam"], ex["mean"], bool(ex["done"][0])
