@@ -111,7 +111,7 @@ def configurations(p: Params, n: int, k: int, rate: float):
     out.append(("DSGD default", f"M={M}", lambda: DSGDKernelPCA(k, random_state=p.seed),
                 pass_flops(n, M, k) / rate))
     for M in p.dsgd_features:
-        if M != default_budget(k) and 2 * k + 10 <= M:
+        if default_budget(k) != M and 2 * k + 10 <= M:
             out.append(("DSGD Nyström blocks", f"M={M}",
                         lambda M=M: DSGDKernelPCA(k, n_features=M, random_state=p.seed),
                         pass_flops(n, M, k) / rate))

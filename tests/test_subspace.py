@@ -106,7 +106,8 @@ def test_chunk_subset_is_seeded_and_covers_the_rows():
     assert not np.array_equal(a, chunk_subset(sizes, 1000, seed=7, key=2))
     assert np.all(np.diff(a) > 0)
     held = np.asarray(sizes)[a].sum()
-    assert held >= 1000 and held - np.asarray(sizes)[a].max() < 1000  # no more chunks than needed
+    assert held >= 1000
+    assert held - np.asarray(sizes)[a].max() < 1000  # no more chunks than needed
     assert len(chunk_subset(sizes, 10**6, seed=7, key=1)) == len(sizes)
 
 
@@ -378,10 +379,13 @@ def test_sampled_stages_then_passes_reach_the_converged_subspace(mixture_rows):
     params = dict(n_components=4, n_features=512, block_size=256, compute_dtype="float64", random_state=0)
     est = DSGDKernelPCA(**params).fit(X)
     stages = [e for e in est.convergence_ if e["rows"] < n]
-    assert stages and stages[0]["pass"] == 0 and stages[0]["rows"] >= 40_000
+    assert stages
+    assert stages[0]["pass"] == 0
+    assert stages[0]["rows"] >= 40_000
     assert all(e["rows"] <= n // 4 + 32_768 for e in stages)
     last = est.convergence_[-1]
-    assert last["rows"] == n and last["estimated_error"] <= est.tol
+    assert last["rows"] == n
+    assert last["estimated_error"] <= est.tol
     assert est.n_iter_ == len(est.convergence_) - len(stages)
     ref = DSGDKernelPCA(**params, tol=1e-13, max_iter=30).fit(X)
     assert ref.convergence_[-1]["estimated_error"] <= 1e-13
@@ -402,7 +406,8 @@ def test_sampled_stages_on_a_zarr_store_are_the_same_on_any_scheduler(mixture_ro
         b = DSGDKernelPCA(**params).fit(da.from_zarr(str(tmp_path / "x.zarr")))
     rows = [e["rows"] for e in a.convergence_]
     assert rows == [e["rows"] for e in b.convergence_]
-    assert 40_000 <= rows[0] < 40_000 + 8192 and rows[-1] == X.shape[0]
+    assert 40_000 <= rows[0] < 40_000 + 8192
+    assert rows[-1] == X.shape[0]
     assert np.array_equal(a.model_.coef, b.model_.coef)
     assert np.array_equal(a.eigenvalues_, b.eigenvalues_)
 
@@ -414,7 +419,8 @@ def test_resume_after_a_stage_or_a_pass(mixture_rows, tmp_path, monkeypatch, int
     params = dict(n_components=3, n_features=512, block_size=256, tol=0.0, max_iter=2, random_state=4)
     ckpt = str(tmp_path / "ckpt.zarr")
     reference = DSGDKernelPCA(**params).fit(mixture_rows)
-    assert len(reference.convergence_) == 3 and reference.convergence_[0]["rows"] < mixture_rows.shape[0]
+    assert len(reference.convergence_) == 3
+    assert reference.convergence_[0]["rows"] < mixture_rows.shape[0]
     from dsgd_dask.estimators import kpca as kpca_module
 
     calls = {"n": 0, "stop": interrupt_at}
