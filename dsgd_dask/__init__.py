@@ -2,7 +2,7 @@
 
 from dsgd_dask import datasets
 from dsgd_dask.baselines import ExactKernelPCA, KernelHebbianPCA, NystroemPCA, RandomFeaturePCA
-from dsgd_dask.estimators import DSGDKernelPCA
+from dsgd_dask.estimators import DSGDKernelCCA, DSGDKernelPCA, DSGDKernelSIR, DSGDKernelSVD
 from dsgd_dask.estimators._persistence import load
 from dsgd_dask.features import KERNELS, KernelSpec, RandomFeatures, kernel_matrix, median_bandwidth
 from dsgd_dask.model import KernelExpansion
@@ -11,7 +11,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "KERNELS",
+    "DSGDKernelCCA",
     "DSGDKernelPCA",
+    "DSGDKernelSIR",
+    "DSGDKernelSVD",
     "ExactKernelPCA",
     "KernelExpansion",
     "KernelHebbianPCA",

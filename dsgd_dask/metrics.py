@@ -1,4 +1,4 @@
-"""Layer 9 - quality measures: principal angles between subspaces."""
+"""Layer 9 - quality measures: principal angles between subspaces, correlations of paired variates."""
 
 from __future__ import annotations
 
@@ -37,3 +37,14 @@ def principal_angle_sin2(A: np.ndarray, B: np.ndarray) -> float:
     qb = _orthonormal_columns(B, "B")
     s = np.linalg.svd(qa.T @ qb, compute_uv=False)
     return float(np.clip(1.0 - s[: A.shape[1]].min() ** 2, 0.0, 1.0))
+
+
+def paired_correlations(U: np.ndarray, V: np.ndarray) -> np.ndarray:
+    """Pearson correlation of each column of ``U`` with the same column of ``V`` (0 where one is constant)."""
+    U = np.asarray(U, dtype=np.float64)
+    V = np.asarray(V, dtype=np.float64)
+    U = U - U.mean(axis=0)
+    V = V - V.mean(axis=0)
+    num = (U * V).sum(axis=0)
+    den = np.sqrt((U * U).sum(axis=0) * (V * V).sum(axis=0))
+    return np.divide(num, den, out=np.zeros_like(num), where=den > 0)

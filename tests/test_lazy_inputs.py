@@ -134,3 +134,24 @@ def test_dask_nan_chunk_named_at_compute(fitted, blobs):
         DSGDKernelPCA(n_components=2, n_features=256, block_size=64, max_iter=50, random_state=0).fit(
             da.from_array(bad, chunks=(100, 5))
         )
+
+
+def test_lazy_graph_of_a_large_model_carries_it_once():
+    """500 row chunks and a 50 MB model: the graph pickles to about the model's size, not 500 times it."""
+    import pickle
+
+    from dsgd_dask.features import KernelSpec, RandomFeatures
+    from dsgd_dask.model import KernelExpansion
+    from dsgd_dask.streams.inputs import as_view
+    from dsgd_dask.transform.lazy import apply_rows
+
+    features = RandomFeatures(KernelSpec("gaussian", 1.0), 3, 1024, seed=0)
+    coef = np.random.default_rng(0).normal(size=(128 * 1024, 48))  # 50 MB of coefficients
+    model = KernelExpansion(features, coef)
+    X = da.from_array(np.random.default_rng(1).normal(size=(1000, 3)), chunks=(2, 3))
+    out = apply_rows(as_view(X), model.evaluate, model.n_outputs, "big", "big")
+    assert out.numblocks[0] == 500
+    model_bytes = len(pickle.dumps(model.evaluate))
+    assert model_bytes > 50e6
+    graph_bytes = len(pickle.dumps(dict(out.__dask_graph__())))
+    assert graph_bytes < 1.1 * model_bytes  # one copy and 500 small tasks (25 GB if embedded in every task)

@@ -116,24 +116,25 @@ def test_every_kernel_fits(blobs, kernel):
 def test_partial_sums_equal_one_step_on_the_union(blobs, ordered):
     """A data-parallel step (parts reduced) is the step on the whole mini-batch, to round-off."""
     from dsgd_dask.engine.parallel import apply_sums, part_sums
-    from dsgd_dask.engine.steps import KPCAConfig, kpca_step
-    from dsgd_dask.rules import StepSums
+    from dsgd_dask.engine.steps import StepConfig, rule_step
+    from dsgd_dask.rules import Sums
+    from dsgd_dask.rules.kpca import pca_rule
 
     model = DSGDKernelPCA(3, **PAPER, n_features=512, block_size=64, max_iter=12, ordered=ordered,
                           random_state=0).fit(blobs)
-    features, coef = model._features, model.state_.coef
-    for n_blocks in (coef.shape[0] // 64 + 1, coef.shape[0] // 64):  # a growing step and a revisiting step
-        cfg = KPCAConfig(n_blocks=n_blocks, batch_size=96, eta_decay=0.01, center=True, ordered=ordered,
-                         guard_limit=1e9)
+    features, coef = (model._features,), model.state_.coef
+    rule = pca_rule(ordered, center=True, guard_limit=1e9)
+    for n_blocks in (coef[0].shape[0] // 64 + 1, coef[0].shape[0] // 64):  # a growing step and a revisiting step
+        cfg = StepConfig(n_blocks=n_blocks, batch_size=96, eta_decay=0.01)
         X = blobs[:96]
-        whole = kpca_step(coef.copy(), X, 12, model.state_.eta_scale, features, cfg)
-        target = coef.shape[0] // 64 if n_blocks > coef.shape[0] // 64 else 12 % (coef.shape[0] // 64)
-        parts = [part_sums(coef, X, rows, target, features) for rows in np.array_split(np.arange(96), 3)]
+        whole = rule_step(coef, X, 12, model.state_.eta_scale, features, rule, cfg)
+        target = coef[0].shape[0] // 64 if n_blocks > coef[0].shape[0] // 64 else 12 % (coef[0].shape[0] // 64)
+        parts = [part_sums(coef, X, rows, target, features, rule) for rows in np.array_split(np.arange(96), 3)]
         total = parts[0] + parts[1] + parts[2]
-        assert isinstance(total, StepSums)
+        assert isinstance(total, Sums)
         assert total.n == 96
-        split = apply_sums(coef, total, 12, model.state_.eta_scale, features, cfg)
-        np.testing.assert_allclose(split, whole, rtol=1e-9, atol=1e-12)
+        split = apply_sums(coef, total, 12, model.state_.eta_scale, features, rule, cfg)
+        np.testing.assert_allclose(split[0], whole[0], rtol=1e-9, atol=1e-12)
 
 
 def test_data_parallel_fit_matches_subspace(blobs):

@@ -6,8 +6,9 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
+from dsgd_dask._linalg import top_eigenpairs
 from dsgd_dask._validation import check_choice, check_int
-from dsgd_dask.baselines._common import fingerprint, top_eigenpairs
+from dsgd_dask.baselines._common import fingerprint
 from dsgd_dask.baselines._dense import CentredKernel, DualProjection, check_dense_size, materialise
 from dsgd_dask.estimators._base import RandomFeatureEstimatorMixin
 from dsgd_dask.estimators.kpca import N_SAMPLE

@@ -6,7 +6,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from dsgd_dask.engine.steps import KPCAState
+from dsgd_dask.engine.steps import StepState
 from dsgd_dask.model.store import read_store, write_store
 
 
@@ -40,7 +40,7 @@ class Checkpointer:
         self.extra: dict = {}
         self._last = None
 
-    def existing(self) -> tuple[int, KPCAState] | None:
+    def existing(self) -> tuple[int, StepState] | None:
         """``(seed, state)`` of an existing checkpoint of this fit, or ``None``."""
         if not self.path.exists() and not list(self.path.parent.glob(f".{self.path.name}.old-*")):
             return None
@@ -50,18 +50,29 @@ class Checkpointer:
                 f"the checkpoint at {self.path} belongs to a different fit (other parameters or data); "
                 "delete it or choose another checkpoint path"
             )
-        state = KPCAState(arrays.pop("coef"), int(attrs["step"]), float(attrs["eta_scale"]))
+        n_sets = int(attrs.get("n_sets", 1))
+        if n_sets == 1 and "coef" in arrays:
+            coef = (arrays.pop("coef"),)
+        else:
+            coef = tuple(arrays.pop(f"coef_{i}") for i in range(n_sets))
+        state = StepState(coef, int(attrs["step"]), float(attrs["eta_scale"]))
         self.extra = arrays
         self._last = state.step
         return int(attrs["seed"]), state
 
-    def save(self, state: KPCAState, extra: dict | None = None) -> None:
+    def save(self, state: StepState, extra: dict | None = None) -> None:
         """Write ``state`` (and ``extra`` arrays, returned in :attr:`extra` on resume)."""
         attrs = {"fingerprint": self.fingerprint, "seed": self.seed, "step": state.step,
-                 "eta_scale": state.eta_scale}
-        write_store(self.path, "checkpoint", attrs, {**(extra or {}), "coef": state.coef}, overwrite=True)
+                 "eta_scale": state.eta_scale, "n_sets": len(state.coef)}
+        coef = ({"coef": state.coef[0]} if len(state.coef) == 1 else
+                {f"coef_{i}": c for i, c in enumerate(state.coef)})
+        write_store(self.path, "checkpoint", attrs, {**(extra or {}), **coef}, overwrite=True)
         self._last = state.step
 
-    def maybe_save(self, state: KPCAState) -> None:
-        if self._last is None or state.step - self._last >= self.every:
+    def due(self, step: int) -> bool:
+        """Whether a state after step ``step`` is to be saved."""
+        return self._last is None or step - self._last >= self.every
+
+    def maybe_save(self, state: StepState) -> None:
+        if self.due(state.step):
             self.save(state)

@@ -1,21 +1,27 @@
-"""The update loop on a ``distributed`` cluster: each chunk task runs where its data lives.
+"""The update loop on a ``distributed`` cluster: the state stays on the workers.
 
-The dask chunk of a task is computed on a worker and stays there as a future; the task
-``run_chunk(state, chunk)`` is submitted with the (small) model state as an argument, so
-the scheduler places it next to the chunk: the model travels (``O(M k)`` bytes each way
-per chunk task), the data never does. Chunks are read ahead so that I/O overlaps
-compute. Every task depends only on its chunk and on a state the client holds, so a lost
-worker costs at most the re-read of a chunk and the re-run of one task, and the result
-does not change.
+Each chunk task takes the previous task's state as a future, so the fit is a chain of
+tasks, a few submitted ahead, that the scheduler places next to their chunks (the dask
+chunk of a task is computed on a worker and stays there). The client fetches the state
+only when it needs it: for a checkpoint, a callback and at the end. A task whose steps
+diverge re-runs itself from its input state with half the step size, inside the task.
+Data-parallel steps send the parts' sums worker to worker, and the update is applied
+on a worker too.
+
+The plan and the arithmetic are those of the local loop, so the result does not depend on
+the scheduler or the number of workers. A lost worker costs the re-run of the tasks
+since the last state the client holds (the start, or the last checkpoint or callback):
+the result does not change.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections import deque
+from concurrent.futures import CancelledError
 
-from dsgd_dask.engine.parallel import apply_sums, part_sums
-from dsgd_dask.engine.steps import KPCAState, check_slab, run_chunk, run_with_restarts, target_block
-from dsgd_dask.rules.statistics import StepSums
+from dsgd_dask.engine.parallel import apply_sums, reduce_parts
+from dsgd_dask.engine.steps import StepState, check_slab, run_chunk, run_with_restarts, step_target
 from dsgd_dask.streams.batches import PartitionedTask
 
 
@@ -32,58 +38,114 @@ def active_client():
     return owner if isinstance(owner, Client) else None
 
 
-def run_plan_distributed(client, state: KPCAState, view, tasks, features, cfg, progress=None, callback=None,
-                         read_ahead: int = 2, max_restarts: int = 12) -> KPCAState:
-    """Run a plan of chunk tasks on ``client``'s workers (same results as the local loop)."""
-    tasks = iter(tasks)
-    queue: deque = deque()
+def _lost_errors() -> tuple[type[BaseException], ...]:
+    from distributed import KilledWorker
 
-    def refill():
-        while len(queue) < read_ahead:
-            task = next(tasks, None)
-            if task is None:
-                return
-            parts = task.parts if isinstance(task, PartitionedTask) else (task,)
-            futures = [client.submit(check_slab, [client.compute(view.data.blocks[c]) for c in part.chunks], part,
-                                     pure=False) for part in parts]
-            queue.append((task, futures))
+    # a cancelled future (its data lost with a worker) raises a CancelledError subclass
+    return (KilledWorker, CancelledError, OSError)
 
-    refill()
-    while queue:
-        task, chunk = queue.popleft()
-        refill()
 
-        def run(st, task=task, chunk=chunk):
-            if isinstance(task, PartitionedTask):
-                return _run_partitioned_remote(client, st, chunk, task, features, cfg)
-            future = client.submit(run_chunk, st, chunk[0], task, features, cfg, pure=False,
-                                   key=f"dsgd-step-{task.first_step}-{id(st)}")
-            return future.result()
+def chunk_task(state: StepState, slab, task, features, rule, cfg, max_restarts: int) -> StepState:
+    """A chunk task on a worker: its steps, re-run with half the step size while they diverge."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the client warns when it sees the smaller step
+        return run_with_restarts(lambda st: run_chunk(st, slab, task, features, rule, cfg), state,
+                                 task.first_step, max_restarts)
 
-        new_state = run_with_restarts(run, state, task.first_step, max_restarts)
-        del chunk
-        state = new_state
-        if progress is not None:
-            progress.update(task.n_steps)
-        if callback is not None:
-            callback(state)
+
+def part_task(state: StepState, slab, rows, t: int, features, rule, cfg):
+    """The sums of one part of data-parallel step ``t``, next to the part's rows."""
+    from dsgd_dask.engine.parallel import part_sums
+
+    _, target = step_target(state.coef, features, rule, cfg, t)
+    return part_sums(state.coef, slab, rows, target, features, rule)
+
+
+def update_task(state: StepState, t: int, features, rule, cfg, *parts) -> StepState:
+    """The update of data-parallel step ``t`` from its parts' sums."""
+    coef = apply_sums(state.coef, reduce_parts(parts), t, state.eta_scale, features, rule, cfg)
+    return StepState(coef, t + 1, state.eta_scale)
+
+
+def _submit(client, state, task, view, refs, max_restarts: int):
+    """The future of the state after ``task``, from ``state`` (a value or a future)."""
+    features, rule, cfg = refs
+    parts = task.parts if isinstance(task, PartitionedTask) else (task,)
+    slabs = [client.submit(check_slab, [client.compute(view.data.blocks[c]) for c in part.chunks], part,
+                           pure=False) for part in parts]
+    if not isinstance(task, PartitionedTask):
+        return client.submit(chunk_task, state, slabs[0], task, features, rule, cfg, max_restarts, pure=False,
+                             key=f"dsgd-step-{task.first_step}-{id(slabs[0])}")
+    # data-parallel steps: part sums on the workers holding the parts, the update on a worker
+    batches = task.part_batches([part.n_rows for part in task.parts], cfg.batch_size)
+    for i in range(task.n_steps):
+        t = task.first_step + i
+        sums = [client.submit(part_task, state, slab, rows[i], t, features, rule, cfg, pure=False,
+                              key=f"dsgd-part-{t}-{p}-{id(slab)}")
+                for p, (slab, rows) in enumerate(zip(slabs, batches, strict=True))]
+        state = client.submit(update_task, state, t, features, rule, cfg, *sums,
+                              pure=False, key=f"dsgd-update-{t}-{id(slabs[0])}")
     return state
 
 
-def _run_partitioned_remote(client, state: KPCAState, slabs: list, task: PartitionedTask, features, cfg) -> KPCAState:
-    """Data-parallel steps: every part's sums computed on the worker holding its slab."""
-    batches = task.part_batches([part.n_rows for part in task.parts], cfg.batch_size)
-    coef = state.coef
-    m = features.block_size
-    for i in range(task.n_steps):
-        t = task.first_step + i
-        _, target = target_block(coef.shape[0] // m, cfg.n_blocks, t)
-        # the coefficients travel with the tasks (no separate scatter round trip)
-        futures = [client.submit(part_sums, coef, slab, rows[i], target, features, pure=False,
-                                 key=f"dsgd-part-{t}-{p}-{id(coef)}")
-                   for p, (slab, rows) in enumerate(zip(slabs, batches, strict=True))]
-        total = StepSums.empty(m, coef.shape[1])
-        for sums in client.gather(futures):  # reduced in part order: the same sum on any cluster
-            total = total + sums
-        coef = apply_sums(coef, total, t, state.eta_scale, features, cfg)
-    return KPCAState(coef, task.first_step + task.n_steps, state.eta_scale)
+def run_plan_distributed(client, state: StepState, view, tasks, features, rule, cfg, progress=None,
+                         on_state=None, due=None, read_ahead: int = 2, max_restarts: int = 12) -> StepState:
+    """Run a plan of chunk tasks on ``client``'s workers (same results as the local loop).
+
+    ``on_state(state)`` is called after the tasks whose last step ``s`` has ``due(s)``
+    true; only then, and at the end, does the client fetch the state.
+    """
+    lost = _lost_errors()
+    features_ref = client.scatter(features, broadcast=True, hash=False)
+    rule_ref = client.scatter(rule, broadcast=True, hash=False)
+    refs = (features_ref, rule_ref, cfg)
+    tasks = iter(tasks)
+    anchor, since = state, []  # the last state the client holds, and the tasks run from it
+    running: deque = deque()  # (task, future of the state after it)
+    current = state  # a value (the anchor) or the future of the last submitted task
+    counted = state.step  # steps already shown by the progress bar
+
+    def replay():
+        nonlocal current
+        running.clear()
+        current = anchor
+        for task in since:
+            current = _submit(client, current, task, view, refs, max_restarts)
+            running.append((task, current))
+
+    def settle(block_until: int):
+        """Wait for the oldest tasks until at most ``block_until`` are running; fetch states when due."""
+        nonlocal anchor, since, counted
+        from distributed import wait
+
+        while len(running) > block_until:
+            task, fut = running[0]
+            try:
+                wait(fut)
+                end = task.first_step + task.n_steps
+                need = on_state is not None and due is not None and due(end)
+                st = fut.result() if need or (block_until == 0 and len(running) == 1) else None
+            except lost:
+                replay()
+                continue
+            running.popleft()
+            if progress is not None and end > counted:
+                progress.update(end - counted)
+                counted = end
+            if st is not None:
+                if st.eta_scale < anchor.eta_scale:
+                    warnings.warn(f"the updates diverged before step {st.step}; the step size was halved "
+                                  f"to {st.eta_scale:.3g}", RuntimeWarning, stacklevel=4)
+                anchor, since = st, since[since.index(task) + 1:]
+                if need:
+                    on_state(st)
+        return anchor
+
+    for task in tasks:
+        current = _submit(client, current, task, view, refs, max_restarts)
+        running.append((task, current))
+        since.append(task)
+        settle(read_ahead)
+    if not running:
+        return state
+    return settle(0)

@@ -1,10 +1,11 @@
 """Data-parallel steps: a mini-batch split over parts, partial sums reduced, one update.
 
 Each part evaluates the current functions and the updated block's features on its
-sub-batch where its rows live, and returns :class:`~dsgd_dask.rules.StepSums`
-(``O(m^2 + m k + k^2)`` numbers); the sums are added in part order and one update is
-applied. The parts of a step run sequentially here, or as tasks on the workers that
-hold their chunks (:mod:`dsgd_dask.engine.distributed`): the same arithmetic either way.
+sub-batch where its rows live, and returns the rule's :class:`~dsgd_dask.rules.base.Sums`
+(``O(m^2 + m k + k^2)`` numbers per function set); the sums are added in part order and
+one update is applied. The parts of a step run sequentially here, or as tasks on the
+workers that hold their chunks (:mod:`dsgd_dask.engine.distributed`): the same
+arithmetic either way.
 """
 
 from __future__ import annotations
@@ -12,52 +13,54 @@ from __future__ import annotations
 import numpy as np
 
 from dsgd_dask._threads import one_blas_thread
-from dsgd_dask.engine.steps import DivergenceError, KPCAConfig, KPCAState, check_slab, target_block
-from dsgd_dask.model.expansion import evaluate_blocks
-from dsgd_dask.rules.kpca import apply_update, shrink_matrix, step_size
-from dsgd_dask.rules.statistics import StepSums, moments, updated_variances
+from dsgd_dask.engine.steps import StepConfig, StepState, apply_updates, check_slab, evaluate_sets, step_target
+from dsgd_dask.rules.base import StepRule, Sums
+from dsgd_dask.rules.kpca import step_size
 from dsgd_dask.streams.batches import PartitionedTask
 
 
-def part_sums(coef: np.ndarray, slab: np.ndarray, rows: np.ndarray, target: int, features) -> StepSums:
-    """The sums of one part of step's mini-batch: rows ``rows`` of ``slab``."""
+def part_sums(coef: tuple, slab: np.ndarray, rows: np.ndarray, target: int, features: tuple,
+              rule: StepRule) -> Sums | None:
+    """The sums of one part of a step's mini-batch: rows ``rows`` of ``slab`` (``None`` when empty)."""
     if len(rows) == 0:
-        return StepSums.empty(features.block_size, coef.shape[1])
+        return None
     with one_blas_thread():
-        h, z = evaluate_blocks(features, coef, slab[rows], keep_block=target)
-        return StepSums.of(h, z)
+        X = slab[rows]
+        h, z = evaluate_sets(features, coef, X, rule, target)
+        return rule.sums(h, z, rule.extra(X), for_parts=True)
 
 
-def apply_sums(coef: np.ndarray, total: StepSums, t: int, eta_scale: float, features,
-               cfg: KPCAConfig) -> np.ndarray:
+def reduce_parts(parts) -> Sums:
+    """The parts' sums added in part order (the same sum on any cluster)."""
+    total = None
+    for sums in parts:
+        if sums is not None:
+            total = sums if total is None else total + sums
+    if total is None:
+        raise ValueError("a data-parallel step has no rows in any part")
+    return total
+
+
+def apply_sums(coef: tuple, total: Sums, t: int, eta_scale: float, features: tuple, rule: StepRule,
+               cfg: StepConfig) -> tuple:
     """One update from the reduced sums of step ``t``; returns the new coefficients."""
-    m = features.block_size
-    growing, target = target_block(coef.shape[0] // m, cfg.n_blocks, t)
-    C, g, Czz = moments(total, cfg.center)
-    eta = step_size(eta_scale, cfg.eta_decay, t)
-    shrink = shrink_matrix(C, eta, cfg.ordered)
-    top = float(updated_variances(C, g, Czz, shrink, eta).max())
-    if not (np.isfinite(top) and np.isfinite(g).all()) or top > cfg.guard_limit:
-        raise DivergenceError(f"update step {t} diverged (largest component variance {top:.3g})")
-    if growing:
-        return np.concatenate([coef @ shrink, eta * g])
-    coef = coef.copy()
-    apply_update(coef, slice(target * m, (target + 1) * m), g, shrink, eta)
-    return coef
+    growing, target = step_target(coef, features, rule, cfg, t)
+    updates = rule.updates(total, step_size(eta_scale, cfg.eta_decay, t))
+    rule.check(updates, t, total)
+    return apply_updates(coef, updates, features, rule, growing, target)
 
 
-def run_partitioned(state: KPCAState, slabs: list, task: PartitionedTask, features, cfg: KPCAConfig) -> KPCAState:
+def run_partitioned(state: StepState, slabs: list, task: PartitionedTask, features: tuple, rule: StepRule,
+                    cfg: StepConfig) -> StepState:
     """Run a partitioned task with all parts in this process (same results as on a cluster)."""
     slabs = [check_slab(s, part) for s, part in zip(slabs, task.parts, strict=True)]
     batches = task.part_batches([len(s) for s in slabs], cfg.batch_size)
     coef = state.coef
-    m = features.block_size
     with one_blas_thread():
         for i in range(task.n_steps):
             t = task.first_step + i
-            _, target = target_block(coef.shape[0] // m, cfg.n_blocks, t)
-            total = StepSums.empty(m, coef.shape[1])
-            for slab, rows in zip(slabs, batches, strict=True):
-                total = total + part_sums(coef, slab, rows[i], target, features)
-            coef = apply_sums(coef, total, t, state.eta_scale, features, cfg)
-    return KPCAState(coef, task.first_step + task.n_steps, state.eta_scale)
+            _, target = step_target(coef, features, rule, cfg, t)
+            total = reduce_parts(part_sums(coef, slab, rows[i], target, features, rule)
+                                 for slab, rows in zip(slabs, batches, strict=True))
+            coef = apply_sums(coef, total, t, state.eta_scale, features, rule, cfg)
+    return StepState(coef, task.first_step + task.n_steps, state.eta_scale)

@@ -1,4 +1,4 @@
-"""One chunk task of update steps: a pure function ``state, slab -> state``."""
+"""One chunk task of update steps: a pure function ``state, slab -> state`` for any rule."""
 
 from __future__ import annotations
 
@@ -8,42 +8,43 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from dsgd_dask._threads import one_blas_thread
-from dsgd_dask.features.blocks import RandomFeatures
 from dsgd_dask.model.expansion import evaluate_blocks
-from dsgd_dask.rules.kpca import apply_update, batch_statistics, shrink_matrix, step_size
+from dsgd_dask.rules.base import DivergenceError, StepRule, apply_update
+from dsgd_dask.rules.kpca import step_size
 from dsgd_dask.streams.batches import ChunkTask
 from dsgd_dask.streams.inputs import check_finite_block
 
-
-class DivergenceError(FloatingPointError):
-    """An update produced non-finite or exploding statistics."""
+__all__ = ["DivergenceError", "StepConfig", "StepState", "rule_step", "run_chunk"]
 
 
 @dataclass(frozen=True)
-class KPCAConfig:
-    """What stays fixed during a fit."""
+class StepConfig:
+    """What stays fixed during a fit of steps."""
 
-    n_blocks: int  # feature budget in blocks
+    n_blocks: int  # feature budget in blocks (of every function set)
     batch_size: int
     eta_decay: float
-    center: bool
-    ordered: bool
-    guard_limit: float  # largest allowed diagonal of C before the step counts as diverged
 
 
 @dataclass(frozen=True)
-class KPCAState:
-    """What changes: coefficients of the active blocks, the step count, the step scale."""
+class StepState:
+    """What changes: the coefficients of every function set, the step count, the step scale."""
 
-    coef: np.ndarray  # (n_active_blocks * block_size, k), float64
+    coef: tuple  # one (n_active_blocks * block_size, k) float64 array per function set
     step: int
     eta_scale: float  # theta_0 / lambda_ref, halved on each divergence
 
-    def copy(self) -> KPCAState:
-        return replace(self, coef=self.coef.copy())
+    def __post_init__(self):
+        if isinstance(self.coef, np.ndarray):
+            object.__setattr__(self, "coef", (self.coef,))
+        else:
+            object.__setattr__(self, "coef", tuple(self.coef))
+
+    def copy(self) -> StepState:
+        return replace(self, coef=tuple(c.copy() for c in self.coef))
 
 
-def run_with_restarts(run, state: KPCAState, first_step: int, max_restarts: int) -> KPCAState:
+def run_with_restarts(run, state: StepState, first_step: int, max_restarts: int) -> StepState:
     """``run(state)``, re-run from ``state`` with half the step size while it diverges (with a warning)."""
     for _ in range(max_restarts):
         try:
@@ -63,6 +64,12 @@ def target_block(n_active: int, n_blocks: int, t: int) -> tuple[bool, int]:
     return False, t % n_active
 
 
+def step_target(coef: tuple, features: tuple, rule: StepRule, cfg: StepConfig, t: int) -> tuple[bool, int]:
+    """:func:`target_block` for the function sets of ``rule`` (all have the same number of blocks)."""
+    m = features[rule.set_views[0]].block_size
+    return target_block(coef[0].shape[0] // m, cfg.n_blocks, t)
+
+
 def check_slab(slab, task: ChunkTask) -> np.ndarray:
     """A task's rows as one array, checked for NaN/infinity (naming the chunk)."""
     if isinstance(slab, list | tuple):
@@ -74,37 +81,42 @@ def check_slab(slab, task: ChunkTask) -> np.ndarray:
     return slab
 
 
-def kpca_step(coef: np.ndarray, X: np.ndarray, t: int, eta_scale: float,
-              features: RandomFeatures, cfg: KPCAConfig) -> np.ndarray:
-    """Apply step ``t`` on the mini-batch ``X``; returns the new coefficients.
+def evaluate_sets(features: tuple, coef: tuple, slab: np.ndarray, rule: StepRule, target: int):
+    """Per function set, its functions ``h`` on the rows and the features ``z`` of block ``target``."""
+    hs, zs = [], []
+    for i, view in enumerate(rule.set_views):
+        h, z = evaluate_blocks(features[view], coef[i], rule.rows(slab, i), keep_block=target)
+        hs.append(h)
+        zs.append(z)
+    return tuple(hs), tuple(zs)
+
+
+def apply_updates(coef: tuple, updates, features: tuple, rule: StepRule, growing: bool, target: int) -> tuple:
+    return tuple(apply_update(c, up, target, growing, features[view].block_size)
+                 for c, up, view in zip(coef, updates, rule.set_views, strict=True))
+
+
+def rule_step(coef: tuple, X: np.ndarray, t: int, eta_scale: float, features: tuple, rule: StepRule,
+              cfg: StepConfig) -> tuple:
+    """Apply step ``t`` of ``rule`` on the mini-batch ``X``; returns the new coefficients.
 
     Raises :class:`DivergenceError` when the updated functions explode on the batch
-    (checked exactly and cheaply: ``h_new = h S + eta z g`` with ``S`` the shrink).
+    (checked exactly on its rows).
     """
-    m = features.block_size
-    growing, target = target_block(coef.shape[0] // m, cfg.n_blocks, t)
-    h, z = evaluate_blocks(features, coef, X, keep_block=target)
-    C, g = batch_statistics(h, z, cfg.center)
-    eta = step_size(eta_scale, cfg.eta_decay, t)
-    shrink = shrink_matrix(C, eta, cfg.ordered)
-    h_new = h @ shrink + eta * (z @ g.astype(z.dtype))
-    if cfg.center:
-        h_new -= h_new.mean(axis=0)
-    top = float(np.einsum("ij,ij->j", h_new, h_new).max()) / max(len(h_new), 1)
-    if not (np.isfinite(top) and np.isfinite(g).all()) or top > cfg.guard_limit:
-        raise DivergenceError(f"update step {t} diverged (largest component variance {top:.3g})")
-    if growing:
-        return np.concatenate([coef @ shrink, eta * g])
-    apply_update(coef, slice(target * m, (target + 1) * m), g, shrink, eta)
-    return coef
+    growing, target = step_target(coef, features, rule, cfg, t)
+    h, z = evaluate_sets(features, coef, X, rule, target)
+    total = rule.sums(h, z, rule.extra(X), for_parts=False)
+    updates = rule.updates(total, step_size(eta_scale, cfg.eta_decay, t))
+    rule.check(updates, t, total, local=(h, z))
+    return apply_updates(coef, updates, features, rule, growing, target)
 
 
-def run_chunk(state: KPCAState, slab: np.ndarray, task: ChunkTask, features: RandomFeatures,
-              cfg: KPCAConfig) -> KPCAState:
+def run_chunk(state: StepState, slab: np.ndarray, task: ChunkTask, features: tuple, rule: StepRule,
+              cfg: StepConfig) -> StepState:
     """Run the steps of ``task`` on its rows ``slab``; the input state is not modified."""
     slab = check_slab(slab, task)
-    coef = state.coef.copy()
+    coef = state.coef
     with one_blas_thread():
         for i, rows in enumerate(task.batches(slab.shape[0], cfg.batch_size)):
-            coef = kpca_step(coef, slab[rows], task.first_step + i, state.eta_scale, features, cfg)
-    return KPCAState(coef, task.first_step + task.n_steps, state.eta_scale)
+            coef = rule_step(coef, slab[rows], task.first_step + i, state.eta_scale, features, rule, cfg)
+    return StepState(coef, task.first_step + task.n_steps, state.eta_scale)

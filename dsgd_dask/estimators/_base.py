@@ -85,18 +85,7 @@ class RandomFeatureEstimatorMixin:
 
     def _kernel_spec(self, sample: np.ndarray) -> KernelSpec:
         """The kernel with its bandwidth: a number, or the median trick on ``sample``."""
-        spec = parse_kernel(self.kernel, 1.0, self.kernel_params)
-        bw = self.bandwidth
-        if isinstance(bw, str):
-            check_choice(bw, "bandwidth", ("median",))
-            if sample.shape[0] < 2 and spec.distance_metric != "norm":
-                raise ValueError(
-                    f"bandwidth='median' needs at least 2 samples, got {sample.shape[0]} sample"
-                )
-            bw = median_bandwidth(sample[:MEDIAN_SAMPLE], spec.distance_metric)
-        elif isinstance(bw, bool) or not isinstance(bw, numbers.Real):
-            raise TypeError(f"bandwidth must be 'median' or a positive number, got {bw!r}")
-        return spec.with_bandwidth(bw)
+        return kernel_spec(self.kernel, self.bandwidth, self.kernel_params, sample)
 
     def _make_features(self, spec: KernelSpec, sample: np.ndarray, seed: int,
                        block_size: int | None = None) -> RandomFeatures:
@@ -113,3 +102,17 @@ class RandomFeatureEstimatorMixin:
     @staticmethod
     def _check_positive(value, name: str) -> float:
         return check_float(value, name)
+
+
+def kernel_spec(kernel, bandwidth, kernel_params, sample: np.ndarray, what: str = "bandwidth") -> KernelSpec:
+    """The kernel ``kernel`` with its bandwidth: a number, or the median trick on ``sample``."""
+    spec = parse_kernel(kernel, 1.0, kernel_params)
+    bw = bandwidth
+    if isinstance(bw, str):
+        check_choice(bw, what, ("median",))
+        if sample.shape[0] < 2 and spec.distance_metric != "norm":
+            raise ValueError(f"{what}='median' needs at least 2 samples, got {sample.shape[0]} sample")
+        bw = median_bandwidth(sample[:MEDIAN_SAMPLE], spec.distance_metric)
+    elif isinstance(bw, bool) or not isinstance(bw, numbers.Real):
+        raise TypeError(f"{what} must be 'median' or a positive number, got {bw!r}")
+    return spec.with_bandwidth(bw)

@@ -6,9 +6,10 @@ from dsgd_dask.model.store import StoreError, read_store
 
 
 def _registry() -> dict:
-    from dsgd_dask.estimators.kpca import DSGDKernelPCA
+    import dsgd_dask.estimators  # noqa: F401  (importing the estimators registers them)
+    from dsgd_dask.estimators._steps import REGISTRY
 
-    return {cls.__name__: cls for cls in (DSGDKernelPCA,)}
+    return dict(REGISTRY)
 
 
 def load(path):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import asdict
 
 import numpy as np
@@ -12,17 +11,20 @@ from sklearn.utils.validation import check_is_fitted
 from dsgd_dask._linalg import small_eigh
 from dsgd_dask._threads import one_blas_thread
 from dsgd_dask._validation import check_choice, check_float, check_int
-from dsgd_dask.engine.checkpoint import Checkpointer, fit_fingerprint
 from dsgd_dask.engine.distributed import active_client
-from dsgd_dask.engine.loop import PassProgress, Progress, run_plan
+from dsgd_dask.engine.loop import PassProgress
 from dsgd_dask.engine.passes import full_pass, row_chunks
-from dsgd_dask.engine.steps import KPCAConfig, KPCAState
-from dsgd_dask.estimators._base import RandomFeatureEstimatorMixin
-from dsgd_dask.features.blocks import RandomFeatures
-from dsgd_dask.features.kernels import KernelSpec
+from dsgd_dask.engine.steps import StepConfig, StepState
+from dsgd_dask.estimators._steps import (
+    StepEstimatorMixin,
+    features_from_payload,
+    features_payload,
+    model_fingerprint,
+    register,
+)
 from dsgd_dask.features.nystroem import NystroemFeatures
 from dsgd_dask.model.expansion import KernelExpansion
-from dsgd_dask.model.store import StoreError, write_store
+from dsgd_dask.rules.kpca import pca_rule
 from dsgd_dask.rules.subspace import (
     contraction,
     estimated_error,
@@ -32,7 +34,7 @@ from dsgd_dask.rules.subspace import (
     ritz_step,
     subspace_sin2,
 )
-from dsgd_dask.streams.batches import chunk_subset, chunk_tasks, landmark_rows, sample_rows, skip_done
+from dsgd_dask.streams.batches import chunk_subset, landmark_rows, sample_rows
 from dsgd_dask.transform.lazy import apply_rows
 
 #: Rows of the seeded sample used for the bandwidth, the initial solve and the final
@@ -75,7 +77,8 @@ STAGE_MAX_FRACTION = 0.25
 WARM_TAG = 0x5741
 
 
-class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin,
+@register
+class DSGDKernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin,
                     BaseEstimator):
     """Kernel PCA on data of any size: random feature blocks, fitted by full-data passes or stochastic steps.
 
@@ -324,19 +327,10 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
         self : DSGDKernelPCA
         """
         view = self._validate_input(X, reset=True)
-        ckpt = None
+        ckpt, found = self._checkpointer((view.n_samples, view.n_features))
         seed = None
-        if self.checkpoint is not None:
-            every = check_int(self.checkpoint_every, "checkpoint_every")
-            params = {k: v for k, v in self.get_params().items() if k not in ("verbose", "checkpoint_every")}
-            if not (params["random_state"] is None or isinstance(params["random_state"], int | np.integer)):
-                raise ValueError("checkpointing needs random_state to be None or an int, so a resumed fit "
-                                 "regenerates the same features")
-            ckpt = Checkpointer(self.checkpoint, every, fit_fingerprint(type(self).__name__, params,
-                                                                         (view.n_samples, view.n_features)))
-            found = ckpt.existing()
-            if found is not None:
-                seed, resumed = found
+        if found is not None:
+            seed, resumed = found
         with one_blas_thread():  # the same products, so the same model, on any machine and scheduler
             self._initialise(view, seed=seed)
             if ckpt is not None:
@@ -348,7 +342,7 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
                 self._fit_passes(view, callback=callback, checkpointer=ckpt)
                 self._finalise_passes(self._sample)
             else:
-                self._run(view, self._params["max_iter"], epoch_offset=0, callback=callback, checkpointer=ckpt)
+                self._run_steps(view, self._params["max_iter"], epoch_offset=0, callback=callback, checkpointer=ckpt)
                 self._finalise(self._sample)
         del self._sample
         del self._basis
@@ -391,7 +385,7 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
             else:
                 sample = sample_rows(view, N_SAMPLE, self.seed_, key=self.n_passes_ + 1)
             n_steps = max(1, -(-view.n_samples // self._params["batch_size"]))
-            self._run(view, n_steps, epoch_offset=self.n_passes_)
+            self._run_steps(view, n_steps, epoch_offset=self.n_passes_)
             self._finalise(sample)
         return self
 
@@ -488,12 +482,10 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
         else:
             rng = np.random.default_rng(self.seed_)
             coef = rng.standard_normal((features.block_size, k)) * 1e-3
-        self.state_ = KPCAState(coef, 0, p["eta0"] / lam)
+        self.state_ = StepState(coef, 0, p["eta0"] / lam)
         self._basis = basis
-        self._config = KPCAConfig(
-            n_blocks=p["n_blocks"], batch_size=p["batch_size"], eta_decay=p["eta_decay"],
-            center=p["center"], ordered=p["ordered"], guard_limit=GUARD_FACTOR * lam,
-        )
+        self._config = StepConfig(n_blocks=p["n_blocks"], batch_size=p["batch_size"], eta_decay=p["eta_decay"])
+        self._rule = pca_rule(p["ordered"], p["center"], GUARD_FACTOR * lam)
         self._features = features
         self._sample = sample
         self.bandwidth_ = spec.bandwidth
@@ -572,14 +564,14 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
                 raise ValueError(f"the checkpoint at {checkpointer.path} was written by an earlier version of "
                                  "the subspace solver; remove it to fit from the start")
             width = V.shape[1]
-            V, prev = self.state_.coef[:, :width].copy(), self.state_.coef[:, width:].copy()
+            V, prev = self.state_.coef[0][:, :width].copy(), self.state_.coef[0][:, width:].copy()
             lam, mean, done = ex["lam"], ex["mean"], bool(ex["done"][0])
             staging, rows_before, passes = bool(ex["stage"][0]), int(ex["stage"][1]), int(ex["stage"][2])
             self._shift = ex["shift"]
             step = self.state_.step
             if passes == 0:
                 lam = mean = None
-        token = _fingerprint(KernelExpansion(features, np.zeros((J * features.block_size, 1))))
+        token = model_fingerprint(KernelExpansion(features, np.zeros((J * features.block_size, 1))))
         # on a cluster the feature set (landmarks: M d numbers) goes to the workers once per fit
         client = active_client() if view.is_dask else None
         ref = client.scatter(features, broadcast=True, hash=False) if client is not None else None
@@ -622,7 +614,7 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
                 progress.update(passes, entry["change"], entry["estimated_error"],
                                 rows=entry["rows"] if stage else None)
             if checkpointer is not None:
-                checkpointer.save(KPCAState(np.hstack([V, prev]), step, 0.0),
+                checkpointer.save(StepState(np.hstack([V, prev]), step, 0.0),
                                   {"lam": lam if lam is not None else lam_v[:k], "mean": mean if mean is not None
                                    else sums.mean, "done": np.array([done]),
                                    "stage": np.array([staging, rows_before, passes]), "shift": self._shift})
@@ -634,61 +626,34 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
         self.n_iter_ = passes
         self.n_passes_ = passes
         coef = prev / np.sqrt(J)
-        self.state_ = KPCAState(coef, 0, self.state_.eta_scale)
+        self.state_ = StepState(coef, 0, self.state_.eta_scale)
         self._pass_result = (np.asarray(lam[:k]) / J, mean)
 
     def _finalise_passes(self, sample: np.ndarray) -> None:
         """Centring offset from the full-data mean, eigenvalues from the last pass, signs from the sample."""
         vals, mean = self._pass_result
-        coef = self.state_.coef
-        offset = mean @ coef if self._config.center else np.zeros(coef.shape[1])
+        coef = self.state_.coef[0]
+        offset = mean @ coef if self._params["center"] else np.zeros(coef.shape[1])
         h = KernelExpansion(self._features, coef, offset).evaluate(sample)
         signs = np.sign(h[np.abs(h).argmax(axis=0), np.arange(h.shape[1])])
         signs[signs == 0] = 1.0
         coef = coef * signs
-        self.state_ = KPCAState(coef, 0, self.state_.eta_scale)
+        self.state_ = StepState(coef, 0, self.state_.eta_scale)
         self.model_ = KernelExpansion(self._features, coef, offset * signs)
-        self.model_.token = _fingerprint(self.model_)
+        self.model_.token = model_fingerprint(self.model_)
         self.eigenvalues_ = np.asarray(vals, dtype=np.float64)
         self.n_features_ = coef.shape[0]
         self._n_features_out = coef.shape[1]
         del self._pass_result
 
-    def _run(self, view, n_steps: int, epoch_offset: int, callback=None, checkpointer=None) -> None:
-        """Run steps ``[step0, step0 + n_steps)`` of the plan that starts at ``self.state_.step``.
-
-        With a checkpointer, the plan starts at step 0 and the steps the (resumed) state
-        has already taken are skipped.
-        """
-        state = self.state_
-        step0 = 0 if checkpointer is not None else state.step
-        tasks = chunk_tasks(view, self._params["batch_size"], self.seed_, step0, n_steps,
-                            epoch_offset=epoch_offset, shuffle_chunks=self._params["shuffle_chunks"],
-                            partitions=self._params["n_partitions"])
-        if state.step > step0:
-            tasks = skip_done(tasks, state.step)
-        progress = Progress(n_steps, self._params["batch_size"], done=state.step - step0) if self.verbose else None
-
-        def hook(st):
-            if checkpointer is not None:
-                checkpointer.maybe_save(st)
-            if callback is not None:
-                callback(st.step, KernelExpansion(self._features, st.coef))
-
-        self.state_ = run_plan(state, view, tasks, self._features, self._config, progress, hook)
-        if checkpointer is not None:
-            checkpointer.save(self.state_)
-        self.n_iter_ = self.state_.step
-        self.n_passes_ += 1
-
     def _finalise(self, sample: np.ndarray) -> None:
         """Centring offset, eigen-ordering and eigenvalues from the fit sample."""
-        raw = KernelExpansion(self._features, self.state_.coef)
+        raw = KernelExpansion(self._features, self.state_.coef[0])
         h = raw.evaluate(sample)
-        mean = h.mean(axis=0) if self._config.center else np.zeros(h.shape[1])
+        mean = h.mean(axis=0) if self._params["center"] else np.zeros(h.shape[1])
         hc = h - mean
         cov = hc.T @ hc / h.shape[0]
-        if self._config.ordered:
+        if self._params["ordered"]:
             rot = np.eye(cov.shape[0])
         else:
             _, rot = small_eigh(cov)
@@ -698,9 +663,9 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
         signs = np.sign(hr[np.abs(hr).argmax(axis=0), np.arange(hr.shape[1])])
         signs[signs == 0] = 1.0
         rot = rot * signs
-        coef = self.state_.coef @ rot
+        coef = self.state_.coef[0] @ rot
         self.model_ = KernelExpansion(self._features, coef, mean @ rot)
-        self.model_.token = _fingerprint(self.model_)
+        self.model_.token = model_fingerprint(self.model_)
         self.eigenvalues_ = np.einsum("ij,jk,ki->i", rot.T, cov, rot)
         self.n_features_ = coef.shape[0]
         self._n_features_out = coef.shape[1]
@@ -727,89 +692,41 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
                           "dsgdkernelpca")
 
     # -- persistence -------------------------------------------------------------------
-    def save(self, path, overwrite: bool = False):
-        """Save the fitted model as a Zarr group (seeds, coefficient blocks, kernel, parameters).
-
-        The store is written atomically and verified by checksums when read back with
-        :func:`dsgd_dask.load`, in any process or on any worker that can reach ``path``.
-
-        Parameters
-        ----------
-        path : str or Path
-            Directory of the new Zarr group.
-        overwrite : bool, default=False
-            Replace an existing store at ``path``.
-
-        Returns
-        -------
-        path : Path
-        """
-        check_is_fitted(self, "model_")
-        attrs, arrays = self._fitted_payload()
-        return write_store(path, "model", attrs, arrays, overwrite=overwrite)
-
     def _fitted_payload(self) -> tuple[dict, dict]:
-        params = self.get_params()
-        if not (params["random_state"] is None or isinstance(params["random_state"], int | np.integer)):
-            params["random_state"] = None  # a generator object: the model is defined by seed_
-        features = self._features
-        coords = None
-        if self.feature_coords_ is not None:
-            fc = np.asarray(self.feature_coords_)
-            coords = {"values": fc.astype(str).tolist(), "dtype": fc.dtype.str}
+        fattrs, farrays = features_payload(self._features)
         attrs = {
             "estimator": type(self).__name__,
-            "params": params,
-            "features": features.to_dict(),
+            "params": self._params_payload(),
+            "features": fattrs,
             "fitted": {
                 "seed_": self.seed_, "bandwidth_": self.bandwidth_, "n_iter_": self.n_iter_,
-                "n_passes_": self.n_passes_, "n_features_in_": self.n_features_in_,
-                "feature_names_in_": list(getattr(self, "feature_names_in_", [])) or None,
-                "feature_dim_": self.feature_dim_, "feature_coords_": coords,
+                "n_passes_": self.n_passes_, **self._input_payload(),
                 "step": self.state_.step, "eta_scale": self.state_.eta_scale,
-                "config": asdict(self._config), "resolved_params": self._params,
+                "config": asdict(self._config), "guard_limit": self._rule.guard_limit,
+                "resolved_params": self._params,
             },
         }
         arrays = {"coef": self.model_.coef, "offset": self.model_.offset, "eigenvalues": self.eigenvalues_,
-                  "state_coef": self.state_.coef}
-        if features.center is not None:
-            arrays["center"] = features.center
-        if isinstance(features, NystroemFeatures):
-            arrays["landmarks"] = features.landmarks
-            arrays["normalization"] = features.normalization
+                  "state_coef": self.state_.coef[0], **farrays}
         return attrs, arrays
 
     @classmethod
     def _from_payload(cls, attrs: dict, arrays: dict) -> DSGDKernelPCA:
         est = cls(**attrs["params"])
         fitted = attrs["fitted"]
-        fd = attrs["features"]
-        spec = KernelSpec(**fd["kernel"])
-        kind = fd.get("kind", "fourier")
-        if kind == "nystroem":
-            if "landmarks" not in arrays or "normalization" not in arrays:
-                raise StoreError("the model store has Nyström features but no landmarks or whitening arrays")
-            features = NystroemFeatures(spec, arrays["landmarks"], fd["block_size"], fd["seed"], fd["dtype"],
-                                        center=arrays.get("center"), normalization=arrays["normalization"])
-        elif kind == "fourier":
-            features = RandomFeatures(spec, fd["n_features_in"], fd["block_size"], fd["seed"], fd["dtype"],
-                                      center=arrays.get("center"), cache_bytes=est.cache_bytes)
-        else:
-            raise StoreError(f"the model store has features of unknown kind {kind!r}")
+        features = features_from_payload(attrs["features"], arrays, cache_bytes=est.cache_bytes)
         est._features = features
-        est._config = KPCAConfig(**fitted["config"])
-        est._params = fitted["resolved_params"]
-        est.state_ = KPCAState(arrays["state_coef"], fitted["step"], fitted["eta_scale"])
+        est._params = p = fitted["resolved_params"]
+        est._config = StepConfig(**fitted["config"])
+        est._rule = pca_rule(p["ordered"], p["center"], fitted["guard_limit"])
+        est.state_ = StepState(arrays["state_coef"], fitted["step"], fitted["eta_scale"])
         est.model_ = KernelExpansion(features, arrays["coef"], arrays["offset"])
-        est.model_.token = _fingerprint(est.model_)
+        est.model_.token = model_fingerprint(est.model_)
         est.eigenvalues_ = arrays["eigenvalues"]
-        est.kernel_ = spec
-        for name in ("seed_", "bandwidth_", "n_iter_", "n_passes_", "n_features_in_", "feature_dim_"):
+        est.kernel_ = features.kernel
+        for name in ("seed_", "bandwidth_", "n_iter_", "n_passes_"):
             setattr(est, name, fitted[name])
-        if fitted["feature_names_in_"]:
-            est.feature_names_in_ = np.asarray(fitted["feature_names_in_"], dtype=object)
-        coords = fitted["feature_coords_"]
-        est.feature_coords_ = None if coords is None else np.asarray(coords["values"]).astype(coords["dtype"])
+        est._restore_input(fitted)
         est.n_features_ = est.model_.coef.shape[0]
         est._n_features_out = est.model_.coef.shape[1]
         return est
@@ -825,11 +742,3 @@ class DSGDKernelPCA(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMixin
         state.pop("_basis", None)
         return state
 
-
-def _fingerprint(model: KernelExpansion) -> str:
-    f = model.features
-    h = hashlib.sha1(repr(sorted(f.to_dict().items())).encode())
-    for arr in (model.coef, model.offset, f.center, getattr(f, "landmarks", None), getattr(f, "normalization", None)):
-        if arr is not None:
-            h.update(np.ascontiguousarray(arr).tobytes())
-    return h.hexdigest()

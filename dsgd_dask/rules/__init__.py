@@ -1,6 +1,9 @@
-"""Layer 3 - update rules as pure functions on numpy arrays."""
+"""Layer 3 - update rules as pure functions on numpy arrays, one class per method's step."""
 
-from dsgd_dask.rules.kpca import apply_update, batch_statistics, shrink_matrix, step_size
-from dsgd_dask.rules.statistics import StepSums, moments, updated_variances
+from dsgd_dask.rules.base import DivergenceError, StepRule, Sums, Update
+from dsgd_dask.rules.kpca import HebbianRule, OjaRule, apply_update, batch_statistics, shrink_matrix, step_size
+from dsgd_dask.rules.sir import KSIRRule
+from dsgd_dask.rules.two_view import KCCARule, KSVDRule
 
-__all__ = ["StepSums", "apply_update", "batch_statistics", "moments", "shrink_matrix", "step_size", "updated_variances"]
+__all__ = ["DivergenceError", "HebbianRule", "KCCARule", "KSIRRule", "KSVDRule", "OjaRule", "StepRule", "Sums",
+           "Update", "apply_update", "batch_statistics", "shrink_matrix", "step_size"]

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dsgd_dask.rules.base import StepRule, Sums, Update, covariance, set_sums
+
 
 def batch_statistics(h: np.ndarray, z: np.ndarray, center: bool):
     """The sufficient statistics of one step: ``C`` (k x k) and ``g = z^T h / B`` (m x k).
@@ -44,3 +46,28 @@ def apply_update(coef: np.ndarray, target: slice, g: np.ndarray, shrink: np.ndar
 def step_size(scale: float, decay: float, t: int) -> float:
     """``eta_t = scale / (1 + decay t)``."""
     return scale / (1.0 + decay * t)
+
+
+class OjaRule(StepRule):
+    """Kernel PCA by the Oja subspace rule: ``S = I - eta C``, ``D = eta Cov(z, h)``; the top-``k`` subspace."""
+
+    ordered = False
+
+    def sums(self, h: tuple, z: tuple, extra: dict, for_parts: bool) -> Sums:
+        return Sums({"n": np.array(float(h[0].shape[0])), **set_sums(0, h[0], z[0], for_parts)})
+
+    def updates(self, total: Sums, eta: float) -> tuple[Update, ...]:
+        C = covariance(total, "hh0", "h0", "h0", self.center)
+        g = covariance(total, "zh0", "z0", "h0", self.center)
+        return (Update(shrink_matrix(C, eta, self.ordered), eta * g),)
+
+
+class HebbianRule(OjaRule):
+    """Kernel PCA by the generalised Hebbian rule: ``S = I - eta UT[C]``; the eigenfunctions in order."""
+
+    ordered = True
+
+
+def pca_rule(ordered: bool, center: bool, guard_limit: float) -> StepRule:
+    """The kernel PCA rule on one view: Hebbian (``ordered``) or Oja."""
+    return (HebbianRule if ordered else OjaRule)((slice(None),), center, guard_limit)

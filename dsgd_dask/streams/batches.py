@@ -22,12 +22,20 @@ SAMPLE_TAG = 0x5341
 LANDMARK_TAG = 0x4E59
 #: Spawn-key tag of the row-chunk subsets of the subspace solver's sampled stages.
 STAGE_TAG = 0x5347
+#: Spawn-key tag of the per-view feature seeds of two-view methods: two views never share frequencies.
+VIEW_TAG = 0x5657
 #: Mini-batches per slab of an in-memory array.
 BATCHES_PER_SLAB = 64
 
 
 def stream_rng(seed: int, *key: int) -> np.random.Generator:
     return np.random.Generator(np.random.SFC64(np.random.SeedSequence(seed, spawn_key=(STREAM_TAG, *key))))
+
+
+def view_seed(seed: int, view: int) -> int:
+    """The root seed of the feature blocks of input view ``view`` (0: ``X``, 1: ``Y``) of a fit seeded ``seed``."""
+    state = np.random.SeedSequence(seed, spawn_key=(VIEW_TAG, view)).generate_state(1, np.uint64)[0]
+    return int(state >> np.uint64(1))
 
 
 @dataclass(frozen=True)

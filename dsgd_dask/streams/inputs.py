@@ -174,22 +174,45 @@ def check_finite_block(block: np.ndarray, where: str) -> None:
         )
 
 
-def paired_views(X, Y) -> tuple[DataView, DataView]:
+def _as_2d_view(V, what: str, allow_1d: bool) -> DataView:
+    """A view of ``V``; with ``allow_1d`` a 1-D ``V`` (numpy, dask, Zarr, DataArray) becomes one column."""
+    if isinstance(V, str | os.PathLike):
+        V = open_zarr_path(V, what)
+    if allow_1d and getattr(V, "ndim", None) == 1:
+        if _is_dataarray(V):
+            V = V.expand_dims("output", axis=1)
+        elif _is_zarr_array(V):
+            V = da.from_zarr(V)[:, None]
+        elif isinstance(V, da.Array):
+            V = V[:, None]
+        else:
+            V = np.asarray(V)[:, None]
+    if is_lazy_input(V) or _is_dataarray(V):
+        return as_view(V, what)
+    V = np.asarray(V)
+    if V.dtype.kind == "O":
+        raise TypeError(f"{what} has dtype object; a real numeric dtype (bool, integer or float) is required")
+    return as_view(V, what)
+
+
+def paired_views(X, Y, what: tuple[str, str] = ("X", "Y"), allow_1d_y: bool = False) -> tuple[DataView, DataView]:
     """Two row-aligned views for two-view methods (row ``i`` of ``X`` goes with row ``i`` of ``Y``).
 
     Both are validated without computing; different row counts fail here, before any
     work. When either is a dask array, both become dask arrays with the row chunks of the
-    first dask one, so every chunk task reads matching rows of both.
+    first dask one, so every chunk task reads matching rows of both. With
+    ``allow_1d_y`` a 1-D ``Y`` (a target ``y``) is taken as one column.
     """
-    vx = as_view(X, "X") if is_lazy_input(X) or _is_dataarray(X) else as_view(np.asarray(X), "X")
-    vy = as_view(Y, "Y") if is_lazy_input(Y) or _is_dataarray(Y) else as_view(np.asarray(Y), "Y")
+    vx = _as_2d_view(X, what[0], False)
+    vy = _as_2d_view(Y, what[1], allow_1d_y)
     if vx.n_samples != vy.n_samples:
         raise ValueError(
-            f"X and Y must be row-aligned views of the same samples: X has {vx.n_samples} rows, "
-            f"Y has {vy.n_samples}"
+            f"{what[0]} and {what[1]} must be row-aligned views of the same samples: {what[0]} has "
+            f"{vx.n_samples} rows, {what[1]} has {vy.n_samples}"
         )
     if vx.dims and vy.dims and vx.dims[0] != vy.dims[0]:
-        raise ValueError(f"X and Y have different sample dimensions {vx.dims[0]!r} and {vy.dims[0]!r}")
+        raise ValueError(f"{what[0]} and {what[1]} have different sample dimensions {vx.dims[0]!r} and "
+                         f"{vy.dims[0]!r}")
     if vx.is_dask or vy.is_dask:
         rows = vx.data.chunks[0] if vx.is_dask else vy.data.chunks[0]
         for v in (vx, vy):
@@ -198,3 +221,18 @@ def paired_views(X, Y) -> tuple[DataView, DataView]:
                 data = data.rechunk({0: rows})
             v.data = data
     return vx, vy
+
+
+def stacked_view(vx: DataView, vy: DataView) -> DataView:
+    """The columns of two row-aligned views side by side, ``[X | Y]``, as one view.
+
+    The row chunks are those of :func:`paired_views`, so every chunk task, sample and
+    pass over the stacked view reads matching rows of both; the result keeps the sample
+    labels of ``vx``. Dask inputs stay lazy; numpy inputs are copied once.
+    """
+    if vx.is_dask:
+        data = da.concatenate([vx.data, vy.data], axis=1).rechunk({1: -1})
+    else:
+        data = np.hstack([vx.data, vy.data])
+    dims = None if vx.dims is None else (vx.dims[0], "stacked")
+    return DataView(data, dims, None, vx.source)

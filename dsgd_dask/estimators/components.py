@@ -1,0 +1,324 @@
+"""The shared machinery of the component estimators fitted by steps on one or two views (SVD, CCA, SIR).
+
+Each view has its own kernel, bandwidth and feature blocks; the views are stacked
+column-wise into one row-aligned input (:func:`~dsgd_dask.streams.inputs.stacked_view`)
+so the engine's chunk tasks, samples and data-parallel parts read matching rows of all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted
+
+from dsgd_dask._threads import one_blas_thread
+from dsgd_dask._validation import check_choice, check_float, check_int
+from dsgd_dask.engine.steps import StepConfig, StepState
+from dsgd_dask.estimators._base import kernel_spec
+from dsgd_dask.estimators._steps import (
+    StepEstimatorMixin,
+    features_from_payload,
+    features_payload,
+    model_fingerprint,
+)
+from dsgd_dask.features.blocks import RandomFeatures
+from dsgd_dask.features.nystroem import NystroemFeatures
+from dsgd_dask.model.expansion import KernelExpansion
+from dsgd_dask.model.store import StoreError
+from dsgd_dask.streams.batches import landmark_rows, sample_rows, view_seed
+from dsgd_dask.streams.inputs import DataView, check_finite_block, paired_views, stacked_view
+from dsgd_dask.transform.lazy import apply_rows
+
+#: Rows of the seeded sample (from every chunk) for bandwidths, the initial solve and the
+#: final rotation and statistics.
+N_SAMPLE = 10_000
+#: Rows of that sample in the initial solve on the first block of each view.
+N_INIT = 2_000
+#: A step whose largest function variance exceeds this many times ``max(1, lambda_1)``
+#: counts as diverged (at the fixed points the variances are at most ``max(1, lambda_1)``).
+GUARD_FACTOR = 10.0
+#: Default block sizes: Nyström blocks of landmark rows, Fourier blocks of the paper.
+NYSTROEM_BLOCK = 1024
+FOURIER_BLOCK = 256
+class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
+    """Base of the step-fitted component estimators on ``n_views`` views.
+
+    Subclasses define ``_views`` (the view names, ``("X",)`` or ``("X", "Y")``), the
+    rule (:meth:`_make_rule`), the initial solve (:meth:`_initial`) and the final
+    rotation (:meth:`_final`).
+    """
+
+    _views: tuple[str, ...] = ("X", "Y")
+    _y_is_target = False
+
+    # -- parameters ------------------------------------------------------------------------
+    def _view_param(self, name: str, v: int):
+        return getattr(self, f"{name}_{'xy'[v]}") if len(self._views) == 2 else getattr(self, name)
+
+    def _check_common(self, n_samples: int) -> dict:
+        k = check_int(self.n_components, "n_components")
+        kind = check_choice(self.features, "features", ("nystroem", "fourier"))
+        block = check_int(self.block_size, "block_size", allow=("auto",))
+        budget = check_int(self.n_features, "n_features", allow=("auto",))
+        batch = check_int(self.batch_size, "batch_size")
+        if budget == "auto":
+            budget = min(4096, max(1024, 2 * n_samples))
+        if block == "auto":
+            block = NYSTROEM_BLOCK if kind == "nystroem" else FOURIER_BLOCK
+        if kind == "nystroem":
+            block = min(block, n_samples)  # landmarks are distinct rows
+            n_blocks = max(1, min(-(-budget // block), n_samples // block))
+        else:
+            n_blocks = -(-budget // block)
+        if k > block:
+            raise ValueError(f"n_components={k} must be <= block_size={block} (the initial block)"
+                             + (f"; Nyström blocks hold at most the {n_samples} rows" if kind == "nystroem" else ""))
+        max_iter = check_int(self.max_iter, "max_iter", allow=("auto",))
+        if max_iter == "auto":
+            max_iter = max(500, min(10 * -(-n_samples // batch), 5000))
+        return {
+            "n_components": k, "features": kind, "block_size": block, "n_blocks": n_blocks, "batch_size": batch,
+            "max_iter": max_iter, "shuffle_chunks": check_int(self.shuffle_chunks, "shuffle_chunks"),
+            "n_partitions": check_int(self.n_partitions, "n_partitions"),
+            "eta0": check_float(self.eta0, "eta0"),
+            "eta_decay": check_float(self.eta_decay, "eta_decay", strict=False),
+            "center": True,
+        }
+
+    # -- inputs ----------------------------------------------------------------------------
+    def _validate_pair(self, X, Y, reset: bool) -> tuple[DataView, DataView, DataView]:
+        """Row-aligned views of ``X`` and ``Y``, checked and stacked (nothing computed for lazy inputs)."""
+        vx, vy = paired_views(X, Y, what=self._views if len(self._views) == 2 else ("X", "y"),
+                              allow_1d_y=self._y_is_target)
+        for v, name in ((vx, "X"), (vy, self._second_name)):
+            if not v.is_dask:
+                check_finite_block(v.data, name)
+        if vy.data.dtype.kind not in "biuf":
+            raise TypeError(f"{self._second_name} must be numeric, got dtype {vy.data.dtype}")
+        self._check_n_features(vx, reset)
+        self._check_dims(vx, reset)
+        if reset:
+            self.n_features_in_y_ = vy.n_features
+        elif vy.n_features != self.n_features_in_y_:
+            raise ValueError(f"{self._second_name} has {vy.n_features} columns, but {type(self).__name__} was "
+                             f"fitted with {self.n_features_in_y_}")
+        return vx, vy, stacked_view(vx, vy)
+
+    @property
+    def _second_name(self) -> str:
+        return "y" if self._y_is_target else "Y"
+
+    def _columns(self) -> tuple[slice, slice]:
+        dx = self.n_features_in_
+        return slice(0, dx), slice(dx, dx + self.n_features_in_y_)
+
+    # -- fitting ---------------------------------------------------------------------------
+    def _fit(self, X, Y, callback=None):
+        view = self._validate_pair(X, Y, reset=True)[2]
+        ckpt, found = self._checkpointer((view.n_samples, self.n_features_in_, self.n_features_in_y_))
+        with one_blas_thread():  # the same products, so the same model, on any machine and scheduler
+            self._initialise(view, seed=None if found is None else found[0])
+            if ckpt is not None:
+                ckpt.seed = self.seed_
+                if found is not None:
+                    self.state_ = found[1]
+            self._run_steps(view, self._params["max_iter"], epoch_offset=0, callback=callback, checkpointer=ckpt)
+            self._finish(self._sample)
+        del self._sample
+        return self
+
+    def _partial_fit(self, X, Y):
+        first = not hasattr(self, "state_")
+        view = self._validate_pair(X, Y, reset=first)[2]
+        with one_blas_thread():
+            if first:
+                self._initialise(view)
+                sample = self._sample
+                del self._sample
+            else:
+                sample = sample_rows(view, N_SAMPLE, self.seed_, key=self.n_passes_ + 1)
+            n_steps = max(1, -(-view.n_samples // self._params["batch_size"]))
+            self._run_steps(view, n_steps, epoch_offset=self.n_passes_)
+            self._finish(sample)
+        return self
+
+    def _initialise(self, view: DataView, seed: int | None = None) -> None:
+        """Seed, sample, per-view kernels and feature blocks, the rule and the initial solve."""
+        p = self._params = self._check_params(view.n_samples)
+        self.seed_ = self._seed(self.random_state) if seed is None else seed
+        sample = sample_rows(view, N_SAMPLE, self.seed_)
+        cols = self._columns()
+        n_views = len(self._views)
+        specs = [kernel_spec(self._view_param("kernel", v), self._view_param("bandwidth", v),
+                             self._view_param("kernel_params", v), sample[:, cols[v]],
+                             what="bandwidth" + ("_" + "xy"[v] if n_views == 2 else ""))
+                 for v in range(n_views)]
+        dtype = check_choice(self.compute_dtype, "compute_dtype", ("float32", "float64"))
+        cache = None if self.cache_bytes is None else check_int(self.cache_bytes, "cache_bytes", 0)
+        m, J = p["block_size"], p["n_blocks"]
+        rows = landmark_rows(view, J * m, self.seed_, shuffle=True) if p["features"] == "nystroem" else None
+        features = []
+        for v, spec in enumerate(specs):
+            xs = sample[:, cols[v]]
+            center = xs.mean(axis=0, dtype=np.float64) if spec.shift_invariant else None
+            if rows is not None:
+                features.append(NystroemFeatures(spec, rows[:, cols[v]], m, view_seed(self.seed_, v), dtype,
+                                                 center=center))
+            else:
+                features.append(RandomFeatures(spec, xs.shape[1], m, view_seed(self.seed_, v), dtype, center=center,
+                                               cache_bytes=cache))
+        self._features = tuple(features)
+        z = []
+        for v, f in enumerate(self._features):
+            zv = f.transform(sample[:N_INIT, cols[v]], 0, 1).astype(np.float64)
+            z.append(zv - zv.mean(axis=0))
+        lam = max(float(np.linalg.eigvalsh(zv.T @ zv / zv.shape[0])[-1]) for zv in z)
+        if not np.isfinite(lam) or lam <= 0:
+            raise ValueError("the data sample has no variance under this kernel; check the bandwidth")
+        self._sample = sample
+        coef = self._initial(z, sample[:N_INIT], p["n_components"])
+        self.state_ = StepState(coef, 0, p["eta0"] / lam)
+        self._config = StepConfig(n_blocks=J, batch_size=p["batch_size"], eta_decay=p["eta_decay"])
+        self._rule = self._make_rule(cols, GUARD_FACTOR * max(1.0, lam))
+        self.bandwidth_ = specs[0].bandwidth if n_views == 1 else tuple(s.bandwidth for s in specs)
+        self.kernel_ = specs[0] if n_views == 1 else tuple(specs)
+        self.n_passes_ = 0
+
+    def _sample_functions(self, sample: np.ndarray) -> list[np.ndarray]:
+        """The raw functions of every set on the sample rows, centred."""
+        out = []
+        for i, view in enumerate(self._rule.set_views):
+            h = KernelExpansion(self._features[view], self.state_.coef[i]).evaluate(self._rule.rows(sample, i))
+            out.append(h - h.mean(axis=0))
+        return out
+
+    def _norms(self) -> list[np.ndarray]:
+        """``J A_i^T A_i`` per set: the Gram matrix of the functions in the features' space.
+
+        ``J`` blocks each approximate the kernel, so the concatenated features carry ``J``
+        times it: ``J A^T A`` is the RKHS Gram matrix under the blocks' average kernel.
+        """
+        J = self._config.n_blocks
+        return [J * (c.T @ c) for c in self.state_.coef]
+
+    def _finish(self, sample: np.ndarray) -> None:
+        """Rotate the sets to the method's ordered components (on the sample), set offsets and models."""
+        h = self._sample_functions(sample)
+        rotations = self._final(h, self._norms(), sample)
+        models = []
+        for i, view in enumerate(self._rule.set_views):
+            coef = self.state_.coef[i] @ rotations[i]
+            raw = KernelExpansion(self._features[view], coef)
+            offset = raw.evaluate(self._rule.rows(sample, i)).mean(axis=0)
+            model = KernelExpansion(self._features[view], coef, offset)
+            model.token = model_fingerprint(model)
+            models.append(model)
+        self.models_ = tuple(models)
+        self.n_features_ = models[0].coef.shape[0]
+        self._n_features_out = models[0].n_outputs
+
+    # -- transforming ----------------------------------------------------------------------
+    def _transform_view(self, i: int, X, name: str):
+        model = self.models_[i]
+        if i == 0:
+            view = self._validate_input(X, reset=False)
+        else:
+            view = self._validate_second(X)
+        return apply_rows(view, model.evaluate, model.n_outputs, model.token, f"{type(self).__name__.lower()}-{name}")
+
+    def _validate_second(self, Y) -> DataView:
+        from dsgd_dask.streams.inputs import _as_2d_view
+
+        vy = _as_2d_view(Y, self._second_name, self._y_is_target)
+        if not vy.is_dask:
+            check_finite_block(vy.data, self._second_name)
+        if vy.n_features != self.n_features_in_y_:
+            raise ValueError(f"{self._second_name} has {vy.n_features} columns, but {type(self).__name__} was "
+                             f"fitted with {self.n_features_in_y_}")
+        return vy
+
+    # -- persistence -----------------------------------------------------------------------
+    def _fitted_payload(self) -> tuple[dict, dict]:
+        check_is_fitted(self, "models_")
+        feats, arrays = {}, {}
+        for v, f in enumerate(self._features):
+            fattrs, farrays = features_payload(f, prefix=f"view{v}_")
+            feats[str(v)] = fattrs
+            arrays.update(farrays)
+        for i, model in enumerate(self.models_):
+            arrays[f"coef_{i}"] = model.coef
+            arrays[f"offset_{i}"] = model.offset
+            arrays[f"state_coef_{i}"] = self.state_.coef[i]
+        arrays.update(self._values_payload())
+        attrs = {
+            "estimator": type(self).__name__,
+            "params": self._params_payload(),
+            "features": feats,
+            "fitted": {"seed_": self.seed_, "n_iter_": self.n_iter_, "n_passes_": self.n_passes_,
+                       **self._input_payload(), "n_features_in_y_": self.n_features_in_y_,
+                       "step": self.state_.step, "eta_scale": self.state_.eta_scale, "config": asdict(self._config),
+                       "guard_limit": self._rule.guard_limit, "resolved_params": self._params,
+                       **self._extra_payload()},
+        }
+        return attrs, arrays
+
+    def _values_payload(self) -> dict:
+        return {}
+
+    def _extra_payload(self) -> dict:
+        return {}
+
+    @classmethod
+    def _from_payload(cls, attrs: dict, arrays: dict):
+        est = cls(**attrs["params"])
+        fitted = attrs["fitted"]
+        n_views = len(cls._views)
+        if len(attrs["features"]) != n_views:
+            raise StoreError(f"the model store has {len(attrs['features'])} feature sets, {cls.__name__} "
+                             f"needs {n_views}")
+        est._features = tuple(features_from_payload(attrs["features"][str(v)], arrays, prefix=f"view{v}_",
+                                                    cache_bytes=est.cache_bytes) for v in range(n_views))
+        est._params = fitted["resolved_params"]
+        est._config = StepConfig(**fitted["config"])
+        est._restore_input(fitted)
+        est.n_features_in_y_ = fitted["n_features_in_y_"]
+        est._restore_extra(fitted, arrays)
+        est._rule = est._make_rule(est._columns(), fitted["guard_limit"])
+        n_sets = est._rule.n_sets
+        est.state_ = StepState(tuple(arrays[f"state_coef_{i}"] for i in range(n_sets)), fitted["step"],
+                               fitted["eta_scale"])
+        models = []
+        for i, view in enumerate(est._rule.set_views):
+            model = KernelExpansion(est._features[view], arrays[f"coef_{i}"], arrays[f"offset_{i}"])
+            model.token = model_fingerprint(model)
+            models.append(model)
+        est.models_ = tuple(models)
+        specs = [f.kernel for f in est._features]
+        est.kernel_ = specs[0] if n_views == 1 else tuple(specs)
+        est.bandwidth_ = specs[0].bandwidth if n_views == 1 else tuple(s.bandwidth for s in specs)
+        for name in ("seed_", "n_iter_", "n_passes_"):
+            setattr(est, name, fitted[name])
+        est.n_features_ = models[0].coef.shape[0]
+        est._n_features_out = models[0].n_outputs
+        est._restore_values(arrays)
+        return est
+
+    def _restore_extra(self, fitted: dict, arrays: dict) -> None:
+        pass
+
+    def _restore_values(self, arrays: dict) -> None:
+        pass
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = False
+        tags.target_tags.required = True
+        return tags
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state.pop("_sample", None)
+        return state
+

@@ -1,0 +1,382 @@
+"""DSGDKernelSVD and DSGDKernelCCA: two-view component analysis by doubly stochastic steps."""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.utils.validation import check_is_fitted
+
+from dsgd_dask._validation import check_float
+from dsgd_dask.estimators._steps import register
+from dsgd_dask.estimators.components import ComponentStepEstimator
+from dsgd_dask.metrics import paired_correlations
+from dsgd_dask.rules.solutions import cross_svd, ridge_cca
+from dsgd_dask.rules.two_view import KCCARule, KSVDRule
+
+_SHARED_PARAMS = """\
+    n_components : int, default=2
+        Number of pairs of functions ``k``.
+    kernel_x, kernel_y : {"gaussian", "laplacian", "cauchy", "matern", "arccos"}, default="gaussian"
+        Kernel family of each view.
+    bandwidth_x, bandwidth_y : "median" or float, default="median"
+        Length scale of each view's kernel; ``"median"``: the median trick on a seeded
+        sample of that view.
+    kernel_params_x, kernel_params_y : dict, optional
+        Shape parameters of each view's kernel (``{"nu": ...}`` for matern,
+        ``{"order": ...}`` for arccos).
+    features : {"nystroem", "fourier"}, default="nystroem"
+        Feature blocks of each view: kernel sections at seeded landmark rows (the same
+        rows of both views), whitened per block, or random Fourier blocks regenerated
+        from their seeds (the papers' blocks). Each view has its own seeds.
+    n_features : int or "auto", default="auto"
+        Feature budget ``M`` per view (whole blocks; Nyström: at most the rows).
+        ``"auto"``: ``min(4096, max(1024, 2 n))``. Features grow by one block per step
+        until the budget is reached; later steps revisit the blocks in turn.
+    block_size : int or "auto", default="auto"
+        Features per block: 1024 for Nyström blocks, 256 for Fourier blocks; at least
+        ``n_components``.
+    batch_size : int, default=256
+        Rows per step.
+    max_iter : int or "auto", default="auto"
+        Number of steps; ``"auto"``: ten passes over the data, between 500 and 5000 steps.
+    shuffle_chunks : int, default=1
+        For chunked inputs, how many chunks (in a seeded random order per epoch) have
+        their rows shuffled together.
+    n_partitions : int, default=1
+        Data-parallel steps: every mini-batch split over this many slabs of the data,
+        each part's sums computed where its rows live, reduced before one update.
+    eta0 : float, default=0.5
+        ``theta_0`` of the step size ``eta_t = theta_0 / (lambda_1 (1 + theta_1 t))``,
+        relative to the largest eigenvalue ``lambda_1`` of the first block's covariance
+        (either view) on a sample, so that the default works on any data scale.
+    eta_decay : float, default=0.01
+        ``theta_1`` of the step size.
+    compute_dtype : {"float32", "float64"}, default="float32"
+        Precision of the features; coefficients and statistics accumulate in float64.
+    cache_bytes : int, optional
+        Memory budget for cached Fourier blocks (``None``: a quarter of the free memory,
+        at most 4 GiB; 0 regenerates every block at every use).
+    checkpoint : str or Path, optional
+        Zarr group where :meth:`fit` saves its state every ``checkpoint_every`` steps,
+        atomically; an existing checkpoint of the same fit is resumed (same final model),
+        one of another fit refused.
+    checkpoint_every : int, default=100
+        Steps between checkpoints.
+    verbose : bool, default=False
+        Show a progress bar of the steps.
+    random_state : int, RandomState instance or None, default=None
+        Root seed of the feature blocks, the landmarks and the mini-batch shuffles."""
+
+
+class _TwoViewEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ComponentStepEstimator):
+    _views = ("X", "Y")
+
+    def fit(self, X, Y, *, callback=None):
+        """Fit the pairs of functions by doubly stochastic steps over the rows of ``(X, Y)``.
+
+        Parameters
+        ----------
+        X : array-like, dask array, Zarr array (or path to one) or xarray DataArray of shape (n_samples, d_x)
+        Y : array-like, dask array, Zarr array (or path to one) or xarray DataArray of shape (n_samples, d_y)
+            Row-aligned with ``X`` (same number of rows; dask inputs are rechunked lazily
+            to the same row chunks).
+        callback : callable, optional
+            ``callback(n_steps, (model_x, model_y))`` with the raw expansions of the current
+            functions, after every chunk of steps (fetches the state from a cluster).
+
+        Returns
+        -------
+        self
+        """
+        return self._fit(X, Y, callback=callback)
+
+    def partial_fit(self, X, Y):
+        """One pass of steps over ``(X, Y)`` as the next batch of a stream (the first call initialises).
+
+        Parameters
+        ----------
+        X, Y : row-aligned inputs as for :meth:`fit`
+
+        Returns
+        -------
+        self
+        """
+        return self._partial_fit(X, Y)
+
+    def transform(self, X, Y=None):
+        """The fitted functions on ``X`` (and ``Y``).
+
+        Parameters
+        ----------
+        X : array-like, dask array, Zarr array or xarray DataArray of shape (n_samples, d_x)
+        Y : same kinds, of shape (n_samples, d_y), optional
+
+        Returns
+        -------
+        U : ndarray, dask array or DataArray of shape (n_samples, n_components)
+            ``f_i(X)``, centred on the fit sample; lazy for dask and dask-backed xarray
+            inputs (one task per row chunk, the model one key of the graph); a DataArray
+            in gives a DataArray with dims ``(sample_dim, "component")``.
+        V : same, only when ``Y`` is given
+            ``g_i(Y)``.
+        """
+        check_is_fitted(self, "models_")
+        U = self._transform_view(0, X, "x")
+        if Y is None:
+            return U
+        return U, self._transform_view(1, Y, "y")
+
+    def fit_transform(self, X, Y=None, **fit_params):
+        """:meth:`fit` then :meth:`transform` of ``(X, Y)``."""
+        return self.fit(X, Y, **fit_params).transform(X, Y)
+
+    def score(self, X, Y):
+        """Sum over the components of the correlation of ``f_i(X)`` with ``g_i(Y)`` (computed).
+
+        The papers' measure (top-``k`` correlation sum on held-out rows).
+        """
+        U, V = self.transform(X, Y)
+        U, V = (np.asarray(getattr(a, "data", a).compute() if hasattr(getattr(a, "data", a), "compute") else a)
+                for a in (U, V))
+        return float(paired_correlations(U, V).sum())
+
+
+@register
+class DSGDKernelSVD(_TwoViewEstimator):
+    __doc__ = f"""Kernel SVD by doubly stochastic gradients: the top singular functions of the cross-covariance.
+
+    Finds functions ``f_i`` of ``x`` and ``g_i`` of ``y`` that maximise ``Cov(f_i(x), g_i(y))``
+    with ``||f_i||_H = ||g_i||_H = 1``, orthogonal in each RKHS: the top singular
+    functions of the (centred) cross-covariance operator ``Cxy`` (Xie, Liang & Song 2015,
+    Alg. 3). Each step on a mini-batch adds a feature block to both sets of functions and
+    applies Oja's rule to ``[0 Cxy; Cyx 0]``; the model keeps only what defines the
+    blocks and their coefficients.
+
+    Parameters
+    ----------
+{_SHARED_PARAMS}
+
+    Attributes
+    ----------
+    singular_values_ : ndarray of shape (n_components,)
+        ``Cov(f_i(x), g_i(y))`` on the fit sample, decreasing.
+    models_ : tuple of KernelExpansion
+        The fitted ``f`` (on ``x``'s features) and ``g`` (on ``y``'s).
+    bandwidth_ : tuple of float
+        The bandwidths of the two views.
+    n_features_ : int
+        Features per view in the model.
+    n_iter_ : int
+        Steps taken.
+    seed_ : int
+        Root seed of the fit.
+    n_features_in_, n_features_in_y_ : int
+        Columns of ``X`` and of ``Y``.
+
+    Notes
+    -----
+    With ``u = F(x)``, ``v = G(y)`` on a batch, ``W = Cov(u, v) + Cov(v, u)``; every block
+    ``A_j <- A_j (I - eta W)`` and the step's block gains ``eta Cov(z(x), v)`` (for ``F``;
+    symmetrically for ``G``). At the end the pairs are rotated to the singular vectors of
+    the ``k x k`` problem on a seeded sample of 10,000 rows from every chunk, with the
+    functions' norms taken in the blocks' feature space.
+
+    References
+    ----------
+    B. Xie, Y. Liang, L. Song, "Scale up nonlinear component analysis with doubly
+    stochastic gradients", NIPS 2015.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dsgd_dask import DSGDKernelSVD
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(600, 3)); Y = np.tanh(X[:, :2]) + 0.1 * rng.normal(size=(600, 2))
+    >>> svd = DSGDKernelSVD(n_components=2, n_features=512, max_iter=200, random_state=0).fit(X, Y)
+    >>> U, V = svd.transform(X, Y)
+    >>> U.shape, V.shape
+    ((600, 2), (600, 2))
+    """
+
+    def __init__(self, n_components=2, *, kernel_x="gaussian", kernel_y="gaussian", bandwidth_x="median",
+                 bandwidth_y="median", kernel_params_x=None, kernel_params_y=None, features="nystroem",
+                 n_features="auto", block_size="auto", batch_size=256, max_iter="auto", shuffle_chunks=1,
+                 n_partitions=1, eta0=0.5, eta_decay=0.01, compute_dtype="float32", cache_bytes=None,
+                 checkpoint=None, checkpoint_every=100, verbose=False, random_state=None):
+        self.n_components = n_components
+        self.kernel_x = kernel_x
+        self.kernel_y = kernel_y
+        self.bandwidth_x = bandwidth_x
+        self.bandwidth_y = bandwidth_y
+        self.kernel_params_x = kernel_params_x
+        self.kernel_params_y = kernel_params_y
+        self.features = features
+        self.n_features = n_features
+        self.block_size = block_size
+        self.batch_size = batch_size
+        self.max_iter = max_iter
+        self.shuffle_chunks = shuffle_chunks
+        self.n_partitions = n_partitions
+        self.eta0 = eta0
+        self.eta_decay = eta_decay
+        self.compute_dtype = compute_dtype
+        self.cache_bytes = cache_bytes
+        self.checkpoint = checkpoint
+        self.checkpoint_every = checkpoint_every
+        self.verbose = verbose
+        self.random_state = random_state
+
+    def _check_params(self, n_samples: int) -> dict:
+        return self._check_common(n_samples)
+
+    def _make_rule(self, columns, guard_limit: float):
+        return KSVDRule(columns, True, guard_limit)
+
+    def _initial(self, z, sample, k):
+        n = z[0].shape[0]
+        _, A, B = cross_svd(z[0].T @ z[1] / n, k)
+        return A / np.sqrt(2), B / np.sqrt(2)
+
+    def _final(self, h, norms, sample):
+        u, v = h
+        rx, ry = _inverse_sqrt(norms[0]), _inverse_sqrt(norms[1])
+        s, P, Q = cross_svd(rx.T @ (u.T @ v / len(u)) @ ry, u.shape[1])
+        self.singular_values_ = s
+        return rx @ P, ry @ Q
+
+    def _values_payload(self) -> dict:
+        return {"singular_values": self.singular_values_}
+
+    def _restore_values(self, arrays: dict) -> None:
+        self.singular_values_ = arrays["singular_values"]
+
+
+@register
+class DSGDKernelCCA(_TwoViewEstimator):
+    __doc__ = f"""Kernel CCA by doubly stochastic gradients, with a ridge.
+
+    Finds functions ``f_i`` of ``x`` and ``g_i`` of ``y`` solving the regularised kernel
+    CCA problem ``Cxy g = rho (Cxx + reg) f``, ``Cyx f = rho (Cyy + reg) g`` with the
+    (centred) covariance operators of each view (Xie, Liang & Song 2015, Alg. 4): the
+    pairs of maximal ``Cov(f, g) / sqrt((Var f + reg ||f||^2) (Var g + reg ||g||^2))``.
+
+    Parameters
+    ----------
+{_SHARED_PARAMS}
+    reg : float, default=1e-3
+        Ridge ``gamma > 0`` in units of the kernel (``k(x, x) = 1`` for the Gaussian
+        kernel). Without it kernel CCA is ill-posed: any two views of distinct rows
+        reach correlation 1.
+
+    Attributes
+    ----------
+    correlations_ : ndarray of shape (n_components,)
+        The regularised canonical correlations ``rho_i`` on the fit sample, decreasing.
+    models_ : tuple of KernelExpansion
+        The fitted ``f`` and ``g``.
+    bandwidth_ : tuple of float
+        The bandwidths of the two views.
+    n_features_ : int
+        Features per view in the model.
+    n_iter_ : int
+        Steps taken.
+    seed_ : int
+        Root seed of the fit.
+    n_features_in_, n_features_in_y_ : int
+        Columns of ``X`` and of ``Y``.
+
+    Notes
+    -----
+    With ``u = F(x)``, ``v = G(y)`` on a batch and ``W = Cov(u, v) + Cov(v, u)``, every
+    block ``A_j <- A_j (I - eta reg W)`` and the step's block gains
+    ``eta (Cov(z(x), v) - Cov(z(x), u) W)`` (for ``F``; symmetrically for ``G``). At the
+    end the pairs are rotated to the canonical pairs of the ``k x k`` problem on a seeded
+    sample of 10,000 rows from every chunk, and scaled so that
+    ``Var f_i + reg ||f_i||^2 = 1``. ``transform`` gives the canonical variates;
+    :meth:`score` the sum of their correlations on held-out rows.
+
+    References
+    ----------
+    B. Xie, Y. Liang, L. Song, "Scale up nonlinear component analysis with doubly
+    stochastic gradients", NIPS 2015. K. Fukumizu, F. Bach, A. Gretton, "Statistical
+    consistency of kernel canonical correlation analysis", JMLR 2007.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dsgd_dask import DSGDKernelCCA
+    >>> rng = np.random.default_rng(0)
+    >>> t = rng.uniform(-2, 2, size=600)
+    >>> X = np.c_[np.cos(t), np.sin(t)] + 0.05 * rng.normal(size=(600, 2))
+    >>> Y = np.c_[t ** 2, rng.normal(size=600)]
+    >>> cca = DSGDKernelCCA(n_components=1, n_features=512, max_iter=300, random_state=0).fit(X, Y)
+    >>> bool(cca.correlations_[0] > 0.5)
+    True
+    """
+
+    def __init__(self, n_components=2, *, kernel_x="gaussian", kernel_y="gaussian", bandwidth_x="median",
+                 bandwidth_y="median", kernel_params_x=None, kernel_params_y=None, reg=1e-3, features="nystroem",
+                 n_features="auto", block_size="auto", batch_size=256, max_iter="auto", shuffle_chunks=1,
+                 n_partitions=1, eta0=0.5, eta_decay=0.01, compute_dtype="float32", cache_bytes=None,
+                 checkpoint=None, checkpoint_every=100, verbose=False, random_state=None):
+        self.n_components = n_components
+        self.kernel_x = kernel_x
+        self.kernel_y = kernel_y
+        self.bandwidth_x = bandwidth_x
+        self.bandwidth_y = bandwidth_y
+        self.kernel_params_x = kernel_params_x
+        self.kernel_params_y = kernel_params_y
+        self.reg = reg
+        self.features = features
+        self.n_features = n_features
+        self.block_size = block_size
+        self.batch_size = batch_size
+        self.max_iter = max_iter
+        self.shuffle_chunks = shuffle_chunks
+        self.n_partitions = n_partitions
+        self.eta0 = eta0
+        self.eta_decay = eta_decay
+        self.compute_dtype = compute_dtype
+        self.cache_bytes = cache_bytes
+        self.checkpoint = checkpoint
+        self.checkpoint_every = checkpoint_every
+        self.verbose = verbose
+        self.random_state = random_state
+
+    def _check_params(self, n_samples: int) -> dict:
+        p = self._check_common(n_samples)
+        p["reg"] = check_float(self.reg, "reg")
+        return p
+
+    def _make_rule(self, columns, guard_limit: float):
+        return KCCARule(columns, True, guard_limit, self._params["reg"])
+
+    def _initial(self, z, sample, k):
+        n = z[0].shape[0]
+        reg = self._params["reg"]
+        _, A, B = ridge_cca(z[0].T @ z[0] / n, z[1].T @ z[1] / n, z[0].T @ z[1] / n, reg, k)
+        return A / np.sqrt(2), B / np.sqrt(2)
+
+    def _final(self, h, norms, sample):
+        u, v = h
+        n = len(u)
+        reg = self._params["reg"]
+        rho, A, B = ridge_cca(u.T @ u / n + reg * norms[0], v.T @ v / n + reg * norms[1], u.T @ v / n, 0.0,
+                              u.shape[1])
+        self.correlations_ = rho
+        return A, B
+
+    def _values_payload(self) -> dict:
+        return {"correlations": self.correlations_}
+
+    def _restore_values(self, arrays: dict) -> None:
+        self.correlations_ = arrays["correlations"]
+
+
+def _inverse_sqrt(gram: np.ndarray) -> np.ndarray:
+    """``G^{-1/2}`` of a small symmetric positive definite Gram matrix (pseudo-inverse on its range)."""
+    vals, vecs = np.linalg.eigh(0.5 * (gram + gram.T))
+    keep = vals > vals.max() * gram.shape[0] * np.finfo(float).eps
+    inv = np.zeros_like(vals)
+    inv[keep] = 1.0 / np.sqrt(vals[keep])
+    return (vecs * inv) @ vecs.T
