@@ -2,7 +2,15 @@
 
 from dsgd_dask import datasets
 from dsgd_dask.baselines import ExactKernelPCA, KernelHebbianPCA, NystroemPCA, RandomFeaturePCA
-from dsgd_dask.estimators import DSGDKernelCCA, DSGDKernelPCA, DSGDKernelSIR, DSGDKernelSVD
+from dsgd_dask.estimators import (
+    DSGDKernelCCA,
+    DSGDKernelLogisticRegression,
+    DSGDKernelPCA,
+    DSGDKernelRidge,
+    DSGDKernelSIR,
+    DSGDKernelSVC,
+    DSGDKernelSVD,
+)
 from dsgd_dask.estimators._persistence import load
 from dsgd_dask.features import KERNELS, KernelSpec, RandomFeatures, kernel_matrix, median_bandwidth
 from dsgd_dask.model import KernelExpansion
@@ -12,8 +20,11 @@ __version__ = "0.1.0"
 __all__ = [
     "KERNELS",
     "DSGDKernelCCA",
+    "DSGDKernelLogisticRegression",
     "DSGDKernelPCA",
+    "DSGDKernelRidge",
     "DSGDKernelSIR",
+    "DSGDKernelSVC",
     "DSGDKernelSVD",
     "ExactKernelPCA",
     "KernelExpansion",

@@ -14,7 +14,6 @@ import numbers
 
 import dask
 import numpy as np
-import xarray as xr
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
@@ -34,7 +33,7 @@ from dsgd_dask.rules.solutions import (
     sliced_directions,
 )
 from dsgd_dask.streams.batches import sample_rows
-from dsgd_dask.streams.inputs import DataView, check_finite_block, is_lazy_input, paired_views, stacked_view
+from dsgd_dask.streams.inputs import DataView, check_finite_block, stacked_view
 from dsgd_dask.streams.slices import Slicer
 from dsgd_dask.transform.lazy import apply_rows
 
@@ -73,17 +72,6 @@ def view_kernel(kernel, bandwidth, kernel_params, sample: np.ndarray, suffix: st
     return kernel_spec(kernel, bandwidth, kernel_params, sample, what=f"bandwidth{suffix}")
 
 
-def _numeric(V: np.ndarray, what: str) -> np.ndarray:
-    """An object array of numbers as float64 (as scikit-learn's ``check_array``); anything else unchanged."""
-    if V.dtype.kind != "O":
-        return V
-    try:
-        return V.astype(np.float64)
-    except (TypeError, ValueError) as err:
-        raise TypeError(f"{what} has dtype object with non-numeric values; a real numeric dtype (bool, integer "
-                        "or float) is required") from err
-
-
 def materialise_pair(vx: DataView, vy: DataView, what: tuple[str, str] = ("X", "Y")) -> tuple[np.ndarray, np.ndarray]:
     """The rows of two views as float64 numpy arrays (lazy inputs computed together, then checked)."""
     if vx.is_dask:
@@ -117,17 +105,7 @@ class _PairedEstimator(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMi
 
     def _validate_pair(self, X, Y, reset: bool) -> tuple[DataView, DataView]:
         """Both views, checked without computing: shapes, dtypes, row counts, values of numpy inputs."""
-        if Y is None:
-            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None")
-        vx = self._validate_input(X, reset)
-        if not (is_lazy_input(Y) or isinstance(Y, xr.DataArray)):
-            Y = _numeric(np.asarray(Y), self._what[1])
-        vx, vy = paired_views(X if vx.is_dask or vx.dims else vx.data, Y, self._what, allow_1d_y=True)
-        if not vy.is_dask:
-            check_finite_block(vy.data, self._what[1])
-            if vy.data.dtype.kind != "f":
-                vy.data = vy.data.astype(np.float64)
-        return vx, vy
+        return self._validate_views(X, Y, reset, self._what)
 
     def _view_samples(self, vx: DataView, vy: DataView) -> tuple[np.ndarray, np.ndarray]:
         """The seeded sample of rows (the same rows of both views), split by view."""

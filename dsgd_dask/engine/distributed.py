@@ -24,6 +24,9 @@ from dsgd_dask.engine.parallel import apply_sums, reduce_parts
 from dsgd_dask.engine.steps import StepState, check_slab, run_chunk, run_with_restarts, step_target
 from dsgd_dask.streams.batches import PartitionedTask
 
+#: Re-runs from the last state the client holds after lost workers, before the fit fails.
+MAX_REPLAYS = 3
+
 
 def active_client():
     """The ``distributed.Client`` that dask would compute with now, or ``None``."""
@@ -105,8 +108,13 @@ def run_plan_distributed(client, state: StepState, view, tasks, features, rule, 
     current = state  # a value (the anchor) or the future of the last submitted task
     counted = state.step  # steps already shown by the progress bar
 
-    def replay():
-        nonlocal current
+    replays = 0
+
+    def replay(err):
+        nonlocal current, replays
+        replays += 1
+        if replays > MAX_REPLAYS:
+            raise err
         running.clear()
         current = anchor
         for task in since:
@@ -125,8 +133,8 @@ def run_plan_distributed(client, state: StepState, view, tasks, features, rule, 
                 end = task.first_step + task.n_steps
                 need = on_state is not None and due is not None and due(end)
                 st = fut.result() if need or (block_until == 0 and len(running) == 1) else None
-            except lost:
-                replay()
+            except lost as err:
+                replay(err)
                 continue
             running.popleft()
             if progress is not None and end > counted:

@@ -11,7 +11,15 @@ from dsgd_dask._validation import check_choice, check_float, check_int, check_se
 from dsgd_dask.features.bandwidth import MEDIAN_SAMPLE, median_bandwidth
 from dsgd_dask.features.blocks import RandomFeatures
 from dsgd_dask.features.kernels import KernelSpec, parse_kernel
-from dsgd_dask.streams.inputs import DataView, as_view, check_dtype, check_finite_block, is_lazy_input
+from dsgd_dask.streams.inputs import (
+    DataView,
+    as_view,
+    check_dtype,
+    check_finite_block,
+    is_lazy_input,
+    numeric_array,
+    paired_views,
+)
 
 
 class RandomFeatureEstimatorMixin:
@@ -50,6 +58,26 @@ class RandomFeatureEstimatorMixin:
             self.feature_dim_ = None
             self.feature_coords_ = None
         return DataView(data)
+
+    def _validate_views(self, X, Y, reset: bool, what: tuple[str, str] = ("X", "Y")) -> tuple[DataView, DataView]:
+        """Row-aligned views of ``X`` (validated as by :meth:`_validate_input`) and ``Y`` (2-D, or 1-D as one column).
+
+        Nothing of a lazy input is computed; numpy values are checked here, a lazy
+        input's chunk by chunk when read.
+        """
+        import xarray as xr
+
+        if Y is None:
+            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None")
+        vx = self._validate_input(X, reset)
+        if not (is_lazy_input(Y) or isinstance(Y, xr.DataArray)):
+            Y = numeric_array(np.asarray(Y), what[1])
+        vx, vy = paired_views(X if vx.is_dask or vx.dims else vx.data, Y, what, allow_1d_y=True)
+        if not vy.is_dask:
+            check_finite_block(vy.data, what[1])
+            if vy.data.dtype.kind != "f":
+                vy.data = vy.data.astype(np.float64)
+        return vx, vy
 
     def _check_n_features(self, view: DataView, reset: bool) -> None:
         name = type(self).__name__

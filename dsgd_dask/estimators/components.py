@@ -28,7 +28,7 @@ from dsgd_dask.features.nystroem import NystroemFeatures
 from dsgd_dask.model.expansion import KernelExpansion
 from dsgd_dask.model.store import StoreError
 from dsgd_dask.streams.batches import landmark_rows, sample_rows, view_seed
-from dsgd_dask.streams.inputs import DataView, check_finite_block, paired_views, stacked_view
+from dsgd_dask.streams.inputs import DataView, check_finite_block, stacked_view
 from dsgd_dask.transform.lazy import apply_rows
 
 #: Rows of the seeded sample (from every chunk) for bandwidths, the initial solve and the
@@ -52,13 +52,31 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
 
     _views: tuple[str, ...] = ("X", "Y")
     _y_is_target = False
+    #: Whether the rule works on centred statistics (the step scale is then set by the
+    #: centred covariance of the first block).
+    _centred = True
+    #: Whether ``eta_decay="auto"`` is allowed (resolved by :meth:`_eta_decay`).
+    _auto_decay = False
+
+    def _curvature(self, lam: float) -> float:
+        """The scale the step is normalised by, from the top eigenvalue ``lam`` of the first block."""
+        return lam
+
+    def _eta_decay(self, lam: float) -> float:
+        """``theta_1`` of the step schedule."""
+        return self._params["eta_decay"]
+
+    def _guard_limit(self, lam: float, sample: np.ndarray) -> float:
+        """Largest variance of an updated function on a batch before the step counts as diverged."""
+        return GUARD_FACTOR * max(1.0, lam)
 
     # -- parameters ------------------------------------------------------------------------
     def _view_param(self, name: str, v: int):
         return getattr(self, f"{name}_{'xy'[v]}") if len(self._views) == 2 else getattr(self, name)
 
-    def _check_common(self, n_samples: int) -> dict:
-        k = check_int(self.n_components, "n_components")
+    def _check_common(self, n_samples: int, k: int | None = None) -> dict:
+        """The resolved common parameters; ``k`` functions per set (default: ``n_components``)."""
+        k = check_int(self.n_components, "n_components") if k is None else k
         kind = check_choice(self.features, "features", ("nystroem", "fourier"))
         block = check_int(self.block_size, "block_size", allow=("auto",))
         budget = check_int(self.n_features, "n_features", allow=("auto",))
@@ -83,22 +101,15 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
             "max_iter": max_iter, "shuffle_chunks": check_int(self.shuffle_chunks, "shuffle_chunks"),
             "n_partitions": check_int(self.n_partitions, "n_partitions"),
             "eta0": check_float(self.eta0, "eta0"),
-            "eta_decay": check_float(self.eta_decay, "eta_decay", strict=False),
+            "eta_decay": self.eta_decay if self._auto_decay and self.eta_decay == "auto" else
+            check_float(self.eta_decay, "eta_decay", strict=False),
             "center": True,
         }
 
     # -- inputs ----------------------------------------------------------------------------
     def _validate_pair(self, X, Y, reset: bool) -> tuple[DataView, DataView, DataView]:
         """Row-aligned views of ``X`` and ``Y``, checked and stacked (nothing computed for lazy inputs)."""
-        vx, vy = paired_views(X, Y, what=self._views if len(self._views) == 2 else ("X", "y"),
-                              allow_1d_y=self._y_is_target)
-        for v, name in ((vx, "X"), (vy, self._second_name)):
-            if not v.is_dask:
-                check_finite_block(v.data, name)
-        if vy.data.dtype.kind not in "biuf":
-            raise TypeError(f"{self._second_name} must be numeric, got dtype {vy.data.dtype}")
-        self._check_n_features(vx, reset)
-        self._check_dims(vx, reset)
+        vx, vy = self._validate_views(X, Y, reset, self._views if len(self._views) == 2 else ("X", "y"))
         if reset:
             self.n_features_in_y_ = vy.n_features
         elif vy.n_features != self.n_features_in_y_:
@@ -170,18 +181,17 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
                 features.append(RandomFeatures(spec, xs.shape[1], m, view_seed(self.seed_, v), dtype, center=center,
                                                cache_bytes=cache))
         self._features = tuple(features)
-        z = []
-        for v, f in enumerate(self._features):
-            zv = f.transform(sample[:N_INIT, cols[v]], 0, 1).astype(np.float64)
-            z.append(zv - zv.mean(axis=0))
+        z = [f.transform(sample[:N_INIT, cols[v]], 0, 1).astype(np.float64) for v, f in enumerate(self._features)]
+        if self._centred:
+            z = [zv - zv.mean(axis=0) for zv in z]
         lam = max(float(np.linalg.eigvalsh(zv.T @ zv / zv.shape[0])[-1]) for zv in z)
         if not np.isfinite(lam) or lam <= 0:
             raise ValueError("the data sample has no variance under this kernel; check the bandwidth")
         self._sample = sample
         coef = self._initial(z, sample[:N_INIT], p["n_components"])
-        self.state_ = StepState(coef, 0, p["eta0"] / lam)
-        self._config = StepConfig(n_blocks=J, batch_size=p["batch_size"], eta_decay=p["eta_decay"])
-        self._rule = self._make_rule(cols, GUARD_FACTOR * max(1.0, lam))
+        self.state_ = StepState(coef, 0, p["eta0"] / self._curvature(lam))
+        self._config = StepConfig(n_blocks=J, batch_size=p["batch_size"], eta_decay=self._eta_decay(lam))
+        self._rule = self._make_rule(cols, self._guard_limit(lam, sample))
         self.bandwidth_ = specs[0].bandwidth if n_views == 1 else tuple(s.bandwidth for s in specs)
         self.kernel_ = specs[0] if n_views == 1 else tuple(specs)
         self.n_passes_ = 0
@@ -231,7 +241,7 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
     def _validate_second(self, Y) -> DataView:
         from dsgd_dask.streams.inputs import _as_2d_view
 
-        vy = _as_2d_view(Y, self._second_name, self._y_is_target)
+        vy = _as_2d_view(Y, self._second_name, True)
         if not vy.is_dask:
             check_finite_block(vy.data, self._second_name)
         if vy.n_features != self.n_features_in_y_:
@@ -285,6 +295,7 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
         est._restore_input(fitted)
         est.n_features_in_y_ = fitted["n_features_in_y_"]
         est._restore_extra(fitted, arrays)
+        est._restore_values(arrays)
         est._rule = est._make_rule(est._columns(), fitted["guard_limit"])
         n_sets = est._rule.n_sets
         est.state_ = StepState(tuple(arrays[f"state_coef_{i}"] for i in range(n_sets)), fitted["step"],
@@ -302,7 +313,6 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
             setattr(est, name, fitted[name])
         est.n_features_ = models[0].coef.shape[0]
         est._n_features_out = models[0].n_outputs
-        est._restore_values(arrays)
         return est
 
     def _restore_extra(self, fitted: dict, arrays: dict) -> None:

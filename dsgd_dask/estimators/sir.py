@@ -165,10 +165,6 @@ verbose, random_state
         check_is_fitted(self, "models_")
         return self._transform_view(0, X, "x")
 
-    def fit_transform(self, X, y=None, **fit_params):
-        """:meth:`fit` then :meth:`transform` of ``X``."""
-        return self.fit(X, y, **fit_params).transform(X)
-
     @property
     def model_(self):
         return self.models_[0]

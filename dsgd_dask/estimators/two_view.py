@@ -126,19 +126,13 @@ class _TwoViewEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Compo
             return U
         return U, self._transform_view(1, Y, "y")
 
-    def fit_transform(self, X, Y=None, **fit_params):
-        """:meth:`fit` then :meth:`transform` of ``(X, Y)``."""
-        return self.fit(X, Y, **fit_params).transform(X, Y)
-
     def score(self, X, Y):
         """Sum over the components of the correlation of ``f_i(X)`` with ``g_i(Y)`` (computed).
 
         The papers' measure (top-``k`` correlation sum on held-out rows).
         """
         U, V = self.transform(X, Y)
-        U, V = (np.asarray(getattr(a, "data", a).compute() if hasattr(getattr(a, "data", a), "compute") else a)
-                for a in (U, V))
-        return float(paired_correlations(U, V).sum())
+        return float(paired_correlations(np.asarray(U), np.asarray(V)).sum())
 
 
 @register

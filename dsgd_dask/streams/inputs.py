@@ -174,6 +174,17 @@ def check_finite_block(block: np.ndarray, where: str) -> None:
         )
 
 
+def numeric_array(V: np.ndarray, what: str) -> np.ndarray:
+    """An object array of numbers as float64 (as scikit-learn's ``check_array``); anything else unchanged."""
+    if V.dtype.kind != "O":
+        return V
+    try:
+        return V.astype(np.float64)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"{what} has dtype object with non-numeric values; a real numeric dtype (bool, integer "
+                        "or float) is required") from err
+
+
 def _as_2d_view(V, what: str, allow_1d: bool) -> DataView:
     """A view of ``V``; with ``allow_1d`` a 1-D ``V`` (numpy, dask, Zarr, DataArray) becomes one column."""
     if isinstance(V, str | os.PathLike):

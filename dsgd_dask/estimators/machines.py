@@ -1,0 +1,509 @@
+"""Doubly stochastic kernel machines: DSGDKernelRidge, DSGDKernelSVC, DSGDKernelLogisticRegression.
+
+One base on the shared step engine (the rule :class:`~dsgd_dask.rules.machines.MachineRule`
+with a loss): the same features, streams, checkpoints and saved models as the component
+estimators. Targets travel with the rows (stacked as the last columns of every chunk);
+class labels are encoded as codes before, so any label type works.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from functools import partial
+
+import dask.array as da
+import numpy as np
+from scipy.special import expit, softmax
+from sklearn.base import ClassifierMixin, RegressorMixin
+from sklearn.exceptions import DataConversionWarning
+from sklearn.utils.multiclass import type_of_target
+from sklearn.utils.validation import check_is_fitted
+
+from dsgd_dask._validation import check_float
+from dsgd_dask.estimators._steps import register
+from dsgd_dask.estimators.components import ComponentStepEstimator
+from dsgd_dask.rules.machines import MachineRule
+from dsgd_dask.streams.inputs import numeric_array
+from dsgd_dask.transform.lazy import apply_rows
+
+#: A step whose functions reach a mean square above this many times ``max(1, E[y^2])``
+#: (regression) or this bound (classification, margins of order 1) counts as diverged.
+MACHINE_GUARD = 1e4
+#: ``eta_decay="auto"`` without a regulariser (no strong convexity): the schedule of the component rules.
+AUTO_DECAY_UNREGULARISED = 0.01
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Regression targets: the target columns as they are."""
+
+    def __call__(self, cols: np.ndarray) -> np.ndarray:
+        return cols
+
+
+@dataclass(frozen=True)
+class Signs:
+    """Class codes to ``{-1, +1}``: one column for two classes, one-vs-rest columns otherwise."""
+
+    n_classes: int
+
+    def __call__(self, cols: np.ndarray) -> np.ndarray:
+        codes = cols[:, 0].astype(np.int64)
+        if self.n_classes == 2:
+            return np.where(codes == 1, 1.0, -1.0)[:, None]
+        out = -np.ones((len(codes), self.n_classes))
+        out[np.arange(len(codes)), codes] = 1.0
+        return out
+
+
+@dataclass(frozen=True)
+class Codes:
+    """Class codes as integers (softmax)."""
+
+    def __call__(self, cols: np.ndarray) -> np.ndarray:
+        return cols[:, 0].astype(np.int64)
+
+
+_MACHINE_PARAMS = """\
+    alpha : float, default=1e-4
+        The RKHS regulariser ``nu`` of ``E[l(f(x), y)] + nu/2 ||f||^2``, in units of the
+        kernel (scikit-learn's ``KernelRidge(alpha=a)`` on ``n`` rows is ``nu = a / n``).
+    kernel : {"gaussian", "laplacian", "cauchy", "matern", "arccos"}, default="gaussian"
+    bandwidth : "median" or float, default="median"
+    kernel_params : dict, optional
+    features : {"nystroem", "fourier"}, default="nystroem"
+        Nyström blocks (seeded landmark rows, whitened per block) or random Fourier blocks.
+    n_features : int or "auto", default="auto"
+        Feature budget (``"auto"``: ``min(4096, max(1024, 2 n))``), grown by one block per
+        step, then revisited in turn.
+    block_size : int or "auto", default="auto"
+        1024 for Nyström blocks, 256 for Fourier blocks.
+    batch_size : int, default=256
+    max_iter : int or "auto", default="auto"
+        Steps; ``"auto"``: ten passes over the data, between 500 and 5000 steps.
+    shuffle_chunks, n_partitions : int, default=1
+        As for :class:`~dsgd_dask.DSGDKernelPCA`.
+    eta0 : float, default=0.5
+        ``theta_0`` of the step ``eta_t = theta_0 / (L (1 + theta_1 t))``, relative to the
+        curvature ``L`` of the loss (the top eigenvalue of the first block's second moment
+        on a sample, times the loss's curvature bound, plus ``alpha``), so that the default
+        works on any data scale.
+    eta_decay : float or "auto", default="auto"
+        ``theta_1``; ``"auto"``: ``theta_0 alpha / L``, which makes the step
+        ``1 / (alpha (t + t_0))``, the schedule of strongly convex stochastic gradient
+        descent (0.01 when ``alpha = 0``).
+    compute_dtype, cache_bytes, checkpoint, checkpoint_every, verbose, random_state
+        As for :class:`~dsgd_dask.DSGDKernelCCA`."""
+
+
+class _KernelMachine(ComponentStepEstimator):
+    _views = ("X",)
+    _y_is_target = True
+    _centred = False
+    _auto_decay = True
+    _loss = "squared"
+    #: Bound of the loss's second derivative (squared 1, logistic 1/4, softmax 1/2, hinge: none, 1).
+    _loss_curvature = 1.0
+
+    def __init__(self, alpha=1e-4, *, kernel="gaussian", bandwidth="median", kernel_params=None,
+                 features="nystroem", n_features="auto", block_size="auto", batch_size=256, max_iter="auto",
+                 shuffle_chunks=1, n_partitions=1, eta0=0.5, eta_decay="auto", compute_dtype="float32",
+                 cache_bytes=None, checkpoint=None, checkpoint_every=100, verbose=False, random_state=None):
+        self.alpha = alpha
+        self.kernel = kernel
+        self.bandwidth = bandwidth
+        self.kernel_params = kernel_params
+        self.features = features
+        self.n_features = n_features
+        self.block_size = block_size
+        self.batch_size = batch_size
+        self.max_iter = max_iter
+        self.shuffle_chunks = shuffle_chunks
+        self.n_partitions = n_partitions
+        self.eta0 = eta0
+        self.eta_decay = eta_decay
+        self.compute_dtype = compute_dtype
+        self.cache_bytes = cache_bytes
+        self.checkpoint = checkpoint
+        self.checkpoint_every = checkpoint_every
+        self.verbose = verbose
+        self.random_state = random_state
+
+    # -- the engine's hooks ----------------------------------------------------------------
+    def _check_params(self, n_samples: int) -> dict:
+        p = self._check_common(n_samples, k=self._n_outputs)
+        p["alpha"] = check_float(self.alpha, "alpha", strict=False)
+        return p
+
+    def _eta_decay(self, lam: float) -> float:
+        # eta_t = theta_0 / (L (1 + theta_1 t)) with theta_1 = theta_0 nu / L is 1 / (nu (t + t_0)):
+        # the step of strongly convex stochastic gradient descent (Pegasos; Bottou's schedule),
+        # starting at theta_0 / L
+        p = self._params
+        if self.eta_decay != "auto":
+            return p["eta_decay"]
+        return p["eta0"] * p["alpha"] / self._curvature(lam) if p["alpha"] > 0 else AUTO_DECAY_UNREGULARISED
+
+    def _curvature(self, lam: float) -> float:
+        return self._loss_curvature * lam + self._params["alpha"]
+
+    def _guard_limit(self, lam: float, sample: np.ndarray) -> float:
+        return MACHINE_GUARD
+
+    def _make_rule(self, columns, guard_limit: float):
+        return MachineRule(columns, guard_limit, self._loss, self._params["alpha"], self._encoder())
+
+    def _initial(self, z, sample, k):
+        return (np.zeros((z[0].shape[1], k)),)
+
+    def _finish(self, sample: np.ndarray) -> None:
+        from dsgd_dask.estimators._steps import model_fingerprint
+        from dsgd_dask.model.expansion import KernelExpansion
+
+        model = KernelExpansion(self._features[0], self.state_.coef[0])
+        model.token = model_fingerprint(model)
+        self.models_ = (model,)
+        self.n_features_ = model.coef.shape[0]
+
+    @property
+    def model_(self):
+        return self.models_[0]
+
+    # -- targets ---------------------------------------------------------------------------
+    def _prepare(self, X, y, first: bool, classes=None):
+        raise NotImplementedError
+
+    def fit(self, X, y, *, callback=None):
+        """Fit the machine by doubly stochastic steps over the rows of ``(X, y)``.
+
+        Parameters
+        ----------
+        X : array-like, dask array, Zarr array (or path to one) or xarray DataArray of shape (n_samples, d)
+        y : array-like, dask array, Zarr array or DataArray of shape (n_samples,) (or (n_samples, c) for ridge)
+            Row-aligned with ``X``.
+        callback : callable, optional
+            ``callback(n_steps, model)`` with the current expansion after every chunk of steps.
+
+        Returns
+        -------
+        self
+        """
+        y = self._prepare(X, y, first=True)
+        return self._fit(X, y, callback=callback)
+
+    def _check_xy(self, X, y, first: bool):
+        """``y``'s values (numpy or dask) after the checks every target shares; ``X`` checked as in :meth:`fit`."""
+        if y is None:
+            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None")
+        self._validate_input(X, reset=first)
+        values = _target_values(y)
+        if values.dtype.kind == "c":
+            raise ValueError(f"Complex data not supported: y has dtype {values.dtype}")
+        if values.dtype.kind == "O" and not isinstance(values, da.Array):
+            values = numeric_array(values, "y") if self._numeric_target else values.astype(str)
+        return values
+
+    def partial_fit(self, X, y, classes=None):
+        """One pass of steps over ``(X, y)`` as the next batch of a stream (the first call initialises).
+
+        Parameters
+        ----------
+        X, y : as for :meth:`fit`
+        classes : array-like, optional
+            Classifiers: every class of the stream, required on the first call.
+
+        Returns
+        -------
+        self
+        """
+        first = not hasattr(self, "state_")
+        if first and classes is None and isinstance(self, ClassifierMixin):
+            raise ValueError("classes must be passed on the first call to partial_fit: every class of the "
+                             "stream, as scikit-learn's incremental classifiers need")
+        y = self._prepare(X, y, first=first, classes=classes)
+        return self._partial_fit(X, y)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.required = True
+        return tags
+
+
+def _ravel_single(out):
+    """Drop the output axis of a single-output result (numpy, dask or DataArray)."""
+    if out.shape[1] != 1:
+        return out
+    if hasattr(out, "dims"):
+        return out.isel({out.dims[1]: 0}, drop=True)
+    return out[:, 0]
+
+
+def _target_values(y):
+    """``y`` as numpy or dask values (a DataArray's data, a Zarr path opened), for label checks."""
+    import xarray as xr
+
+    from dsgd_dask.streams.inputs import _is_zarr_array, open_zarr_path
+
+    if isinstance(y, str):
+        y = open_zarr_path(y, "y")
+    if isinstance(y, xr.DataArray):
+        y = y.data
+    if _is_zarr_array(y):
+        y = da.from_zarr(y)
+    return y if isinstance(y, da.Array) else np.asarray(y)
+
+
+@register
+class DSGDKernelRidge(RegressorMixin, _KernelMachine):
+    __doc__ = f"""Kernel ridge regression by doubly stochastic gradients (squared loss; multi-output ``y``).
+
+    Minimises ``E[(f(x) - y)^2] / 2 + alpha/2 ||f||^2`` over ``f = sum_j z_j(x) A_j`` (Dai et
+    al. 2014): each step on a mini-batch shrinks every block by ``1 - eta alpha`` and adds
+    the functional gradient through one random block. Memory ``O(M c)`` whatever the
+    number of rows; inputs stream chunk by chunk.
+
+    Parameters
+    ----------
+{_MACHINE_PARAMS}
+
+    Attributes
+    ----------
+    model_ : KernelExpansion
+        The fitted function(s).
+    n_features_ : int
+    n_iter_ : int
+    bandwidth_ : float
+    seed_ : int
+    n_features_in_ : int
+
+    References
+    ----------
+    B. Dai, B. Xie, N. He, Y. Liang, A. Raj, M.-F. Balcan, L. Song, "Scalable kernel methods
+    via doubly stochastic gradients", NIPS 2014.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dsgd_dask import DSGDKernelRidge
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.uniform(-3, 3, size=(1000, 1)); y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=1000)
+    >>> reg = DSGDKernelRidge(alpha=1e-3, n_features=512, random_state=0).fit(X, y)
+    >>> bool(reg.score(X, y) > 0.9)
+    True
+    """
+
+    _numeric_target = True
+
+    def _prepare(self, X, y, first: bool, classes=None):
+        values = self._check_xy(X, y, first)
+        if values.ndim not in (1, 2):
+            raise ValueError(f"y must be 1-D or 2-D, got shape {values.shape}")
+        if values.dtype.kind not in "biuf":
+            raise TypeError(f"y must be numeric for regression, got dtype {values.dtype}")
+        n_out = 1 if values.ndim == 1 else values.shape[1]
+        if first:
+            self._n_outputs = n_out
+            self._y_1d = values.ndim == 1
+        elif n_out != self._n_outputs:
+            raise ValueError(f"y has {n_out} outputs, but {type(self).__name__} was fitted with {self._n_outputs}")
+        return y
+
+    def _encoder(self):
+        return Identity()
+
+    def _guard_limit(self, lam: float, sample: np.ndarray) -> float:
+        y = sample[:, self._columns()[1]]
+        return MACHINE_GUARD * max(1.0, float((y * y).sum(axis=1).mean()))
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        tags.target_tags.single_output = True
+        return tags
+
+    def predict(self, X):
+        """Predictions ``f(X)``: ``(n,)`` for a 1-D ``y`` in fit, else ``(n, c)``; lazy on lazy input."""
+        check_is_fitted(self, "models_")
+        out = self._transform_view(0, X, "prediction")
+        return _ravel_single(out) if self._y_1d else out
+
+    def _extra_payload(self) -> dict:
+        return {"n_outputs": self._n_outputs, "y_1d": self._y_1d}
+
+    def _restore_extra(self, fitted: dict, arrays: dict) -> None:
+        self._n_outputs, self._y_1d = fitted["n_outputs"], fitted["y_1d"]
+
+
+class _KernelClassifier(ClassifierMixin, _KernelMachine):
+    _numeric_target = False
+
+    def _prepare(self, X, y, first: bool, classes=None):
+        values = self._check_xy(X, y, first)
+        if values.ndim == 2 and values.shape[1] == 1:
+            warnings.warn("A column-vector y was passed when a 1d array was expected. Please change the shape of "
+                          "y to (n_samples,), for example using ravel().", DataConversionWarning, stacklevel=3)
+            values = values[:, 0]
+        if values.ndim != 1:
+            raise ValueError(f"y must be 1-D class labels, got shape {values.shape}")
+        seen = np.unique(da.unique(values).compute() if isinstance(values, da.Array) else values)
+        if values.dtype.kind == "f" and not np.isfinite(seen).all():
+            raise ValueError("y contains NaN or infinity; every row needs a class label")
+        if first:
+            given = np.unique(np.asarray(classes)) if classes is not None else seen
+            kind = type_of_target(seen if isinstance(values, da.Array) else values)
+            if kind not in ("binary", "multiclass"):
+                raise ValueError(f"Unknown label type: {kind}; {type(self).__name__} needs class labels "
+                                 "(use DSGDKernelRidge for a continuous target)")
+            if len(given) < 2:
+                raise ValueError(f"{type(self).__name__} needs samples of at least 2 classes in the data, "
+                                 f"but the data contain only one class: {given[0]!r}")
+            self.classes_ = given
+            self._n_outputs = self._outputs(len(given))
+        unseen = np.setdiff1d(seen, self.classes_)
+        if len(unseen):
+            raise ValueError(f"y contains classes {unseen.tolist()} not in classes_ {self.classes_.tolist()}")
+        if isinstance(values, da.Array):
+            return values.map_blocks(partial(np.searchsorted, self.classes_), dtype=np.intp).astype(np.float64)
+        return np.searchsorted(self.classes_, values).astype(np.float64)
+
+    def decision_function(self, X):
+        """``f(X)``: the machine's outputs (one column for binary classifiers, raveled).
+
+        Lazy for dask and dask-backed xarray inputs (one task per row chunk, the model one
+        key of the graph).
+        """
+        check_is_fitted(self, "models_")
+        out = self._transform_view(0, X, "decision")
+        return _ravel_single(out)
+
+    def _outputs(self, n_classes: int) -> int:
+        return 1 if n_classes == 2 else n_classes
+
+    def _encoder(self):
+        return Signs(len(self.classes_))
+
+    def predict(self, X):
+        """The class of every row of ``X`` (lazy on lazy input)."""
+        scores = self.decision_function(X)
+        classes = self.classes_
+
+        def label(block):
+            block = np.asarray(block)
+            codes = (block > 0).astype(np.int64) if block.ndim == 1 else block.argmax(axis=1)
+            return classes[codes]
+
+        if hasattr(scores, "dims"):  # a DataArray: keep the sample coordinates
+            data = scores.data
+            out = data.map_blocks(label, drop_axis=1 if data.ndim == 2 else (), dtype=classes.dtype) \
+                if isinstance(data, da.Array) else label(data)
+            return scores.isel({scores.dims[1]: 0}, drop=True).copy(data=out) if scores.ndim == 2 else \
+                scores.copy(data=out)
+        if isinstance(scores, da.Array):
+            return scores.map_blocks(label, drop_axis=1 if scores.ndim == 2 else (), dtype=classes.dtype)
+        return label(scores)
+
+    def _values_payload(self) -> dict:
+        return {"classes": self.classes_}
+
+    def _restore_values(self, arrays: dict) -> None:
+        self.classes_ = arrays["classes"]
+
+    def _extra_payload(self) -> dict:
+        return {"n_outputs": self._n_outputs}
+
+    def _restore_extra(self, fitted: dict, arrays: dict) -> None:
+        self._n_outputs = fitted["n_outputs"]
+
+
+@register
+class DSGDKernelSVC(_KernelClassifier):
+    __doc__ = f"""Kernel support vector classification by doubly stochastic gradients (hinge loss).
+
+    Binary problems fit one function with the hinge loss on labels ``{{-1, +1}}``;
+    ``c > 2`` classes fit ``c`` one-vs-rest functions in one pass, sharing the features.
+
+    Parameters
+    ----------
+{_MACHINE_PARAMS}
+
+    Attributes
+    ----------
+    classes_ : ndarray
+    model_ : KernelExpansion
+    n_features_, n_iter_, bandwidth_, seed_, n_features_in_
+
+    References
+    ----------
+    B. Dai et al., "Scalable kernel methods via doubly stochastic gradients", NIPS 2014.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dsgd_dask import DSGDKernelSVC
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(600, 2)); y = (X[:, 0] ** 2 + X[:, 1] ** 2 > 1.4).astype(int)
+    >>> svc = DSGDKernelSVC(n_features=512, random_state=0).fit(X, y)
+    >>> bool(svc.score(X, y) > 0.9)
+    True
+    """
+
+    _loss = "hinge"
+
+
+@register
+class DSGDKernelLogisticRegression(_KernelClassifier):
+    __doc__ = f"""Kernel logistic regression by doubly stochastic gradients (binary; multinomial softmax).
+
+    Parameters
+    ----------
+{_MACHINE_PARAMS}
+
+    Attributes
+    ----------
+    classes_ : ndarray
+    model_ : KernelExpansion
+    n_features_, n_iter_, bandwidth_, seed_, n_features_in_
+
+    References
+    ----------
+    B. Dai et al., "Scalable kernel methods via doubly stochastic gradients", NIPS 2014.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dsgd_dask import DSGDKernelLogisticRegression
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(600, 2)); y = np.where(X[:, 0] * X[:, 1] > 0, "same", "opposite")
+    >>> clf = DSGDKernelLogisticRegression(n_features=512, random_state=0).fit(X, y)
+    >>> clf.predict_proba(X[:2]).shape
+    (2, 2)
+    """
+
+    @property
+    def _loss(self):
+        return "logistic" if len(self.classes_) == 2 else "softmax"
+
+    @property
+    def _loss_curvature(self):
+        return 0.25 if len(self.classes_) == 2 else 0.5
+
+    def _encoder(self):
+        return Signs(2) if len(self.classes_) == 2 else Codes()
+
+    def predict_proba(self, X):
+        """Class probabilities ``(n, n_classes)``, columns in the order of ``classes_`` (lazy on lazy input)."""
+        check_is_fitted(self, "models_")
+        model = self.models_[0]
+        binary = len(self.classes_) == 2
+
+        def proba(rows):
+            f = model.evaluate(rows)
+            if binary:
+                p = expit(f[:, 0])
+                return np.column_stack([1.0 - p, p])
+            return softmax(f, axis=1)
+
+        view = self._validate_input(X, reset=False)
+        return apply_rows(view, proba, len(self.classes_), model.token, "dsgdkernellogisticregression-proba",
+                          out_dim="class")

@@ -1,0 +1,88 @@
+"""Doubly stochastic kernel machines (Dai et al. 2014) as rules: squared, hinge, logistic and softmax losses.
+
+The machine is ``f(x) = sum_j z_j(x) A_j`` with ``c`` outputs, minimising
+``E[l(f(x), y)] + nu/2 ||f||^2``. A step on a batch with ``g = l'(f(X), y)`` (``B x c``)
+shrinks every block, ``A_j <- (1 - eta nu) A_j``, and gives the step's block
+``-eta z_t(X)^T g / B``: the functional gradient through one random block. As for the
+component rules, the regulariser shrinks every block while each step feeds one block, so
+``nu`` is in units of the kernel whatever the number of blocks.
+
+Losses (``targets`` as the rule's ``extra`` gives them):
+
+* ``squared``: ``l = (f - y)^2 / 2``, ``g = f - y`` (``y`` real, ``c`` columns);
+* ``hinge``: one-vs-rest, ``Y`` in ``{-1, +1}^c``, ``l = sum_c max(0, 1 - Y_c f_c)``,
+  ``g = -Y [Y f < 1]``; binary problems have one column;
+* ``logistic``: binary, ``l = log(1 + exp(-Y f))``, ``g = -Y sigma(-Y f)``;
+* ``softmax``: multinomial, ``l = -log softmax(f)_y``, ``g = softmax(f) - onehot(y)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import expit, softmax
+
+from dsgd_dask.rules.base import StepRule, Sums, Update, set_sums
+
+LOSSES = ("squared", "hinge", "logistic", "softmax")
+
+
+def loss_gradient(loss: str, f: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """``l'(f, y)`` row by row, ``(rows, c)``; ``targets``: real (squared), signs (hinge, logistic), codes (softmax)."""
+    if loss == "squared":
+        return f - targets
+    if loss == "hinge":
+        return np.where(targets * f < 1.0, -targets, 0.0)
+    if loss == "logistic":
+        return -targets * expit(-targets * f)
+    if loss == "softmax":
+        g = softmax(f, axis=1)
+        g[np.arange(len(targets)), targets] -= 1.0
+        return g
+    raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
+
+
+def loss_value(loss: str, f: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """``l(f, y)`` per row."""
+    if loss == "squared":
+        return 0.5 * ((f - targets) ** 2).sum(axis=1)
+    if loss == "hinge":
+        return np.maximum(0.0, 1.0 - targets * f).sum(axis=1)
+    if loss == "logistic":
+        return np.logaddexp(0.0, -targets * f).sum(axis=1)
+    if loss == "softmax":
+        shifted = f - f.max(axis=1, keepdims=True)
+        return np.log(np.exp(shifted).sum(axis=1)) - shifted[np.arange(len(targets)), targets]
+    raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
+
+
+class MachineRule(StepRule):
+    """A kernel machine's step for ``loss`` with RKHS regulariser ``alpha`` (``nu``).
+
+    ``encode`` turns the target columns of a batch into the loss's targets (real values,
+    ``{-1, +1}`` signs or class codes); it is small and picklable.
+    """
+
+    set_views = (0,)
+
+    def __init__(self, columns, guard_limit: float, loss: str, alpha: float, encode):
+        super().__init__(columns, center=False, guard_limit=guard_limit)
+        if loss not in LOSSES:
+            raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
+        self.loss = loss
+        self.alpha = float(alpha)
+        self.encode = encode
+
+    def extra(self, slab: np.ndarray) -> dict:
+        return {"targets": self.encode(slab[:, self.columns[1]])}
+
+    def sums(self, h: tuple, z: tuple, extra: dict, for_parts: bool) -> Sums:
+        g = loss_gradient(self.loss, h[0], extra["targets"])
+        z64 = z[0].astype(np.float64, copy=False)
+        return Sums({"n": np.array(float(len(g))), **set_sums(0, h[0], z[0], for_parts), "zg": z64.T @ g,
+                     "loss": np.array(float(loss_value(self.loss, h[0], extra["targets"]).sum()))})
+
+    def updates(self, total: Sums, eta: float) -> tuple[Update, ...]:
+        n = max(float(total["n"]), 1.0)
+        c = total["zg"].shape[1]
+        shrink = (1.0 - eta * self.alpha) * np.eye(c)
+        return (Update(shrink, -eta * total["zg"] / n),)

@@ -1,0 +1,245 @@
+"""Kernel CCA of the left and right halves of MNIST digits: DSGD against random-feature and Nyström RCA.
+
+The papers' two-view benchmark (Lopez-Paz et al. 2014; Xie, Liang & Song 2015): view ``x``
+is the left 392 pixels of a digit, view ``y`` the right 392; the quality of a method is
+the sum of the top-50 canonical correlations of its variates on the 10,000 test digits.
+The 60,000 training digits are split by a seeded permutation into 54,000 for training
+and 6,000 for validation (the papers' sizes); the training halves are written to two
+Zarr stores (uint8, chunks of 6,000 rows) that every method reads chunk by chunk.
+
+The ridge ``reg`` is chosen once, on the validation digits, as the best of a grid for
+``NystroemCCA`` with 1,024 landmarks, and then used by every method: the comparison is
+of the solvers and representations, not of their regularisation. Each method runs in a
+fresh process (so its peak RSS is its own), one after the other:
+
+* linear CCA on the pixels (ridge CCA of the 392 + 392 pixel moments);
+* ``RandomFeatureCCA`` and ``NystroemCCA`` (one pass of ``(Mx + My)^2`` moments, one solve)
+  at 1,024 ... 8,192 features per view;
+* ``DSGDKernelCCA`` (Nyström blocks of 1,024 landmarks per view, doubly stochastic steps)
+  at 4,096 ... 32,768 features per view, for a number of epochs.
+
+Outputs in ``--out`` (default ``pipelines/results/mnist_halves``): ``mnist_halves.json``
+(machine, parameters, one record per method: test correlation sum, fit time, peak RSS),
+``mnist_halves.md`` (the table) and ``mnist_halves.png`` (test correlation sum against
+fit time). Needs the full MNIST in the data home (``$DSGD_DATA_DIR``, ``~/dsgd_dask_data``
+or ``../shared/datasets`` beside the checkout).
+
+Run ``python pipelines/mnist_halves.py --quick`` (a few minutes: up to 2,048 features and
+one DSGD configuration) or without ``--quick`` for the full table (about an hour on two
+cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import platform
+import resource
+import time
+from pathlib import Path
+
+import numpy as np
+
+K = 50
+N_TRAIN = 54_000
+CHUNK_ROWS = 6_000
+REG_GRID = (1e-3, 1e-4, 1e-5, 1e-6, 1e-7)
+SEED = 0
+
+FULL = {
+    "rca_features": (1024, 2048, 4096, 8192),
+    "dsgd": [(4096, 5), (8192, 5), (16384, 5), (32768, 3)],  # (features per view, epochs)
+}
+QUICK = {
+    "rca_features": (1024, 2048),
+    "dsgd": [(4096, 2)],
+}
+
+
+def halves(images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Left and right 14-column halves of 28 x 28 digits, as (n, 392) arrays of the same dtype."""
+    d = images.reshape(-1, 28, 28)
+    return d[:, :, :14].reshape(len(d), -1), d[:, :, 14:].reshape(len(d), -1)
+
+
+def prepare(out: Path, data_home=None) -> dict:
+    """Split, write the training halves to Zarr, keep validation and test halves in ``.npy`` files."""
+    import zarr
+
+    from dsgd_dask.datasets import load_mnist
+
+    x_train, _ = load_mnist("train", data_home=data_home)
+    x_test, _ = load_mnist("test", data_home=data_home)
+    perm = np.random.default_rng(SEED).permutation(len(x_train))
+    train, valid = x_train[perm[:N_TRAIN]], x_train[perm[N_TRAIN:]]
+    paths = {}
+    for name, part in (("train", train),):
+        left, right = halves(part)
+        for side, arr in (("left", left), ("right", right)):
+            path = out / f"{name}_{side}.zarr"
+            if not path.exists():
+                z = zarr.create_array(store=str(path), shape=arr.shape, dtype="uint8", chunks=(CHUNK_ROWS, 392))
+                for r in range(0, len(arr), CHUNK_ROWS):
+                    z[r:r + CHUNK_ROWS] = arr[r:r + CHUNK_ROWS]
+            paths[f"{name}_{side}"] = str(path)
+    for name, part in (("valid", valid), ("test", x_test)):
+        left, right = halves(part)
+        for side, arr in (("left", left), ("right", right)):
+            path = out / f"{name}_{side}.npy"
+            np.save(path, arr)
+            paths[f"{name}_{side}"] = str(path)
+    return paths
+
+
+def _scaled(path: str):
+    """A store or ``.npy`` of uint8 pixels as float32 in [0, 1] (lazy for a store)."""
+    import dask.array as da
+
+    if path.endswith(".npy"):
+        return np.load(path).astype(np.float32) / 255.0
+    return da.from_zarr(path).astype(np.float32) / 255.0
+
+
+def _make(method: str, m: int, reg: float, epochs: int):
+    from dsgd_dask import DSGDKernelCCA
+    from dsgd_dask.baselines import NystroemCCA, RandomFeatureCCA
+
+    if method == "NystroemCCA":
+        return NystroemCCA(K, n_features=m, reg=reg, random_state=SEED)
+    if method == "RandomFeatureCCA":
+        return RandomFeatureCCA(K, n_features=m, reg=reg, random_state=SEED)
+    if method == "DSGDKernelCCA":
+        steps = epochs * -(-N_TRAIN // 256)
+        return DSGDKernelCCA(K, n_features=m, reg=reg, max_iter=steps, random_state=SEED)
+    raise ValueError(method)
+
+
+def _linear_cca(paths: dict, reg: float, which: str) -> tuple[float, float]:
+    """Ridge CCA of the raw pixels (reg relative to the mean pixel variance); fit time and correlation sum."""
+    from dsgd_dask.metrics import paired_correlations
+    from dsgd_dask.rules.solutions import ridge_cca
+
+    t0 = time.perf_counter()
+    A = np.asarray(_scaled(paths["train_left"]), dtype=np.float64)
+    B = np.asarray(_scaled(paths["train_right"]), dtype=np.float64)
+    mA, mB = A.mean(axis=0), B.mean(axis=0)
+    A -= mA
+    B -= mB
+    Caa, Cbb, Cab = A.T @ A / len(A), B.T @ B / len(B), A.T @ B / len(A)
+    scale = 0.5 * (np.trace(Caa) / len(Caa) + np.trace(Cbb) / len(Cbb))
+    _, Wa, Wb = ridge_cca(Caa, Cbb, Cab, reg * scale, K)
+    fit = time.perf_counter() - t0
+    At, Bt = _scaled(paths[f"{which}_left"]), _scaled(paths[f"{which}_right"])
+    return fit, float(paired_correlations((At - mA) @ Wa, (Bt - mB) @ Wb).sum())
+
+
+def run_one(method: str, m: int, reg: float, epochs: int, paths: dict, which: str, queue) -> None:
+    """Fit one method on the training stores, score it on ``which`` (valid/test); report through ``queue``."""
+    import dask
+
+    with dask.config.set(scheduler="threads"):
+        if method == "linear CCA":
+            fit, score = _linear_cca(paths, reg, which)
+        else:
+            est = _make(method, m, reg, epochs)
+            t0 = time.perf_counter()
+            est.fit(_scaled(paths["train_left"]), _scaled(paths["train_right"]))
+            fit = time.perf_counter() - t0
+            At, Bt = _scaled(paths[f"{which}_left"]), _scaled(paths[f"{which}_right"])
+            score = est.score(At, Bt)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # MiB (Linux reports KiB)
+    queue.put({"method": method, "features": m, "reg": reg, "epochs": epochs, "fit_seconds": fit,
+               f"{which}_correlation_sum": score, "peak_rss_mib": peak})
+
+
+def in_process(method, m, reg, epochs, paths, which) -> dict:
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=run_one, args=(method, m, reg, epochs, paths, which, queue))
+    proc.start()
+    out = queue.get()
+    proc.join()
+    return out
+
+
+def run(out: Path, quick: bool = False, data_home=None, verbose: bool = True) -> dict:
+    cfg = QUICK if quick else FULL
+    out.mkdir(parents=True, exist_ok=True)
+    paths = prepare(out, data_home)
+
+    def say(msg):
+        if verbose:
+            print(msg, flush=True)
+
+    chosen = []
+    for reg in REG_GRID:
+        rec = in_process("NystroemCCA", 1024, reg, 0, paths, "valid")
+        say(f"validation: NystroemCCA(1024) reg={reg:g}: {rec['valid_correlation_sum']:.2f}")
+        chosen.append(rec)
+    reg = max(chosen, key=lambda r: r["valid_correlation_sum"])["reg"]
+    say(f"reg = {reg:g} (best on the validation digits)")
+    plan = [("linear CCA", 784, 0)]
+    plan += [(name, m, 0) for m in cfg["rca_features"] for name in ("RandomFeatureCCA", "NystroemCCA")]
+    plan += [("DSGDKernelCCA", m, epochs) for m, epochs in cfg["dsgd"]]
+    records = []
+    for method, m, epochs in plan:
+        rec = in_process(method, m, reg, epochs, paths, "test")
+        say(f"{method:>16} {m:>6} features {epochs or '':>2} {'epochs' if epochs else '      '}: "
+            f"test correlation sum {rec['test_correlation_sum']:6.2f}, fit {rec['fit_seconds']:7.1f} s, "
+            f"peak RSS {rec['peak_rss_mib']:6.0f} MiB")
+        records.append(rec)
+    summary = {
+        "machine": {"cores": mp.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "date": time.strftime("%Y-%m-%d"), "quick": quick, "k": K, "n_train": N_TRAIN, "reg": reg,
+        "validation": chosen, "results": records,
+    }
+    (out / "mnist_halves.json").write_text(json.dumps(summary, indent=2))
+    (out / "mnist_halves.md").write_text(table(records))
+    plot(records, out / "mnist_halves.png")
+    return summary
+
+
+def table(records: list[dict]) -> str:
+    lines = ["| method | features per view | epochs | test top-50 correlation sum | fit (s) | peak RSS (MiB) |",
+             "|---|---|---|---|---|---|"]
+    for r in records:
+        lines.append(f"| {r['method']} | {r['features']} | {r['epochs'] or ''} | {r['test_correlation_sum']:.2f} | "
+                     f"{r['fit_seconds']:.1f} | {r['peak_rss_mib']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(records: list[dict], path: Path) -> None:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.5, 4.2))
+    ax = fig.subplots()
+    for method, marker in (("RandomFeatureCCA", "s"), ("NystroemCCA", "o"), ("DSGDKernelCCA", "^"),
+                           ("linear CCA", "x")):
+        rs = [r for r in records if r["method"] == method]
+        if rs:
+            ax.plot([r["fit_seconds"] for r in rs], [r["test_correlation_sum"] for r in rs], marker=marker,
+                    label=method)
+            for r in rs:
+                ax.annotate(str(r["features"]), (r["fit_seconds"], r["test_correlation_sum"]), fontsize=7,
+                            textcoords="offset points", xytext=(3, 3))
+    ax.set_xscale("log")
+    ax.set_xlabel("fit time (s)")
+    ax.set_ylabel(f"top-{K} test correlation sum")
+    ax.set_title("MNIST left/right halves, 54k training digits")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small feature counts and one DSGD configuration")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "mnist_halves")
+    parser.add_argument("--data-home", default=None, help="directory holding mnist.npz (default: the data home)")
+    args = parser.parse_args(argv)
+    run(args.out, quick=args.quick, data_home=args.data_home)
+
+
+if __name__ == "__main__":
+    main()
