@@ -26,7 +26,9 @@ or ``../shared/datasets`` beside the checkout).
 
 Run ``python pipelines/mnist_halves.py --quick`` (a few minutes: up to 2,048 features and
 one DSGD configuration) or without ``--quick`` for the full table (about an hour on two
-cores).
+cores). ``--only REGEX`` runs a subset, ``--reg`` fixes the ridge instead of choosing it,
+``--merge a,b --name c`` combines earlier outputs into one table. A method whose process
+dies (out of memory, at 8,192 features per view on 24 GiB) gets a row saying so.
 """
 
 from __future__ import annotations
@@ -153,17 +155,38 @@ def run_one(method: str, m: int, reg: float, epochs: int, paths: dict, which: st
                f"{which}_correlation_sum": score, "peak_rss_mib": peak})
 
 
+def _exit_reason(code) -> str:
+    import signal
+
+    if code is not None and code < 0:
+        return f"signal {signal.Signals(-code).name}; at this size most likely out of memory"
+    return f"exit code {code}"
+
+
 def in_process(method, m, reg, epochs, paths, which) -> dict:
+    """``run_one`` in a fresh process; a process that dies (e.g. killed for memory) gives a record saying so."""
+    import queue as queues
+
     ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=run_one, args=(method, m, reg, epochs, paths, which, queue))
+    channel = ctx.Queue()
+    proc = ctx.Process(target=run_one, args=(method, m, reg, epochs, paths, which, channel))
     proc.start()
-    out = queue.get()
+    while True:
+        try:
+            out = channel.get(timeout=5)
+            break
+        except queues.Empty:
+            if not proc.is_alive():
+                out = {"method": method, "features": m, "reg": reg, "epochs": epochs, "fit_seconds": None,
+                       f"{which}_correlation_sum": None, "peak_rss_mib": None,
+                       "failed": f"the process died ({_exit_reason(proc.exitcode)})"}
+                break
     proc.join()
     return out
 
 
-def run(out: Path, quick: bool = False, data_home=None, verbose: bool = True) -> dict:
+def run(out: Path, quick: bool = False, data_home=None, verbose: bool = True, only: str | None = None,
+        reg: float | None = None, name: str = "mnist_halves") -> dict:
     cfg = QUICK if quick else FULL
     out.mkdir(parents=True, exist_ok=True)
     paths = prepare(out, data_home)
@@ -173,30 +196,38 @@ def run(out: Path, quick: bool = False, data_home=None, verbose: bool = True) ->
             print(msg, flush=True)
 
     chosen = []
-    for reg in REG_GRID:
-        rec = in_process("NystroemCCA", 1024, reg, 0, paths, "valid")
-        say(f"validation: NystroemCCA(1024) reg={reg:g}: {rec['valid_correlation_sum']:.2f}")
+    for candidate in REG_GRID if reg is None else ():
+        rec = in_process("NystroemCCA", 1024, candidate, 0, paths, "valid")
+        say(f"validation: NystroemCCA(1024) reg={candidate:g}: {rec['valid_correlation_sum']:.2f}")
         chosen.append(rec)
-    reg = max(chosen, key=lambda r: r["valid_correlation_sum"])["reg"]
-    say(f"reg = {reg:g} (best on the validation digits)")
+    if reg is None:
+        reg = max(chosen, key=lambda r: r["valid_correlation_sum"])["reg"]
+        say(f"reg = {reg:g} (best on the validation digits)")
     plan = [("linear CCA", 784, 0)]
     plan += [(name, m, 0) for m in cfg["rca_features"] for name in ("RandomFeatureCCA", "NystroemCCA")]
     plan += [("DSGDKernelCCA", m, epochs) for m, epochs in cfg["dsgd"]]
+    if only is not None:
+        import re
+
+        plan = [step for step in plan if re.search(only, f"{step[0]} {step[1]}")]
     records = []
     for method, m, epochs in plan:
         rec = in_process(method, m, reg, epochs, paths, "test")
+        records.append(rec)
+        if "failed" in rec:
+            say(f"{method:>16} {m:>6} features: {rec['failed']}")
+            continue
         say(f"{method:>16} {m:>6} features {epochs or '':>2} {'epochs' if epochs else '      '}: "
             f"test correlation sum {rec['test_correlation_sum']:6.2f}, fit {rec['fit_seconds']:7.1f} s, "
             f"peak RSS {rec['peak_rss_mib']:6.0f} MiB")
-        records.append(rec)
     summary = {
         "machine": {"cores": mp.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
         "date": time.strftime("%Y-%m-%d"), "quick": quick, "k": K, "n_train": N_TRAIN, "reg": reg,
         "validation": chosen, "results": records,
     }
-    (out / "mnist_halves.json").write_text(json.dumps(summary, indent=2))
-    (out / "mnist_halves.md").write_text(table(records))
-    plot(records, out / "mnist_halves.png")
+    (out / f"{name}.json").write_text(json.dumps(summary, indent=2))
+    (out / f"{name}.md").write_text(table(records))
+    plot(records, out / f"{name}.png")
     return summary
 
 
@@ -204,6 +235,9 @@ def table(records: list[dict]) -> str:
     lines = ["| method | features per view | epochs | test top-50 correlation sum | fit (s) | peak RSS (MiB) |",
              "|---|---|---|---|---|---|"]
     for r in records:
+        if "failed" in r:
+            lines.append(f"| {r['method']} | {r['features']} | {r['epochs'] or ''} | {r['failed']} | | |")
+            continue
         lines.append(f"| {r['method']} | {r['features']} | {r['epochs'] or ''} | {r['test_correlation_sum']:.2f} | "
                      f"{r['fit_seconds']:.1f} | {r['peak_rss_mib']:.0f} |")
     return "\n".join(lines) + "\n"
@@ -216,7 +250,7 @@ def plot(records: list[dict], path: Path) -> None:
     ax = fig.subplots()
     for method, marker in (("RandomFeatureCCA", "s"), ("NystroemCCA", "o"), ("DSGDKernelCCA", "^"),
                            ("linear CCA", "x")):
-        rs = [r for r in records if r["method"] == method]
+        rs = [r for r in records if r["method"] == method and "failed" not in r]
         if rs:
             ax.plot([r["fit_seconds"] for r in rs], [r["test_correlation_sum"] for r in rs], marker=marker,
                     label=method)
@@ -237,8 +271,29 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true", help="small feature counts and one DSGD configuration")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "mnist_halves")
     parser.add_argument("--data-home", default=None, help="directory holding mnist.npz (default: the data home)")
+    parser.add_argument("--only", default=None, help="regular expression on 'method features' of the runs to do")
+    parser.add_argument("--reg", type=float, default=None, help="the ridge (default: chosen on the validation digits)")
+    parser.add_argument("--name", default="mnist_halves", help="base name of the output files")
+    parser.add_argument("--merge", default=None,
+                        help="comma-separated names of earlier outputs in --out to combine into --name (no fits)")
     args = parser.parse_args(argv)
-    run(args.out, quick=args.quick, data_home=args.data_home)
+    if args.merge:
+        merge(args.out, args.merge.split(","), args.name)
+        return
+    run(args.out, quick=args.quick, data_home=args.data_home, only=args.only, reg=args.reg, name=args.name)
+
+
+def merge(out: Path, names: list[str], name: str) -> dict:
+    """One table and figure from the records of several runs with the same ridge (e.g. split by ``--only``)."""
+    parts = [json.loads((out / f"{n}.json").read_text()) for n in names]
+    regs = {p["reg"] for p in parts}
+    if len(regs) != 1:
+        raise SystemExit(f"the runs used different ridges {sorted(regs)}; merge runs of one ridge")
+    summary = {**parts[0], "merged_from": names, "results": [r for p in parts for r in p["results"]]}
+    (out / f"{name}.json").write_text(json.dumps(summary, indent=2))
+    (out / f"{name}.md").write_text(table(summary["results"]))
+    plot(summary["results"], out / f"{name}.png")
+    return summary
 
 
 if __name__ == "__main__":
