@@ -1,4 +1,4 @@
-"""The shared machinery of the component estimators fitted by steps on one or two views (SVD, CCA, SIR).
+"""The shared machinery of the estimators fitted by steps on one or two views (SVD, CCA, SIR, the machines).
 
 Each view has its own kernel, bandwidth and feature blocks; the views are stacked
 column-wise into one row-aligned input (:func:`~dsgd_dask.streams.inputs.stacked_view`)
@@ -42,12 +42,15 @@ GUARD_FACTOR = 10.0
 #: Default block sizes: Nyström blocks of landmark rows, Fourier blocks of the paper.
 NYSTROEM_BLOCK = 1024
 FOURIER_BLOCK = 256
+
+
 class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
-    """Base of the step-fitted component estimators on ``n_views`` views.
+    """Base of the step-fitted estimators on one view (with a target) or two views.
 
     Subclasses define ``_views`` (the view names, ``("X",)`` or ``("X", "Y")``), the
     rule (:meth:`_make_rule`), the initial solve (:meth:`_initial`) and the final
-    rotation (:meth:`_final`).
+    rotation (:meth:`_final`, or their own :meth:`_finish`); the hooks below set the step
+    scale, its decay and the divergence guard.
     """
 
     _views: tuple[str, ...] = ("X", "Y")
