@@ -22,8 +22,6 @@ from dsgd_dask.streams.inputs import DataView, check_finite_block
 
 #: Rows whose features are formed at once: bounds the temporaries to ``SLICE_ROWS x M``.
 SLICE_ROWS = 2048
-#: Fan-in of the tree reduction over row chunks (each partial sum is ``(M+1)^2`` floats).
-SPLIT_EVERY = 4
 
 
 @dataclass(eq=False)
@@ -84,6 +82,20 @@ def _chunk_moments(block: np.ndarray, fmap, shift: np.ndarray, block_info=None) 
     return slice_moments(block, fmap, shift)[None]
 
 
+def pairwise_sum(parts: list):
+    """The sum of delayed arrays as a binary tree of additions, in a fixed order.
+
+    Each addition holds its two inputs and its result, so at most about three partial
+    sums per running task are alive: a ``(M+1)^2`` moment matrix is 2 GB at ``M = 16384``,
+    where ``dask.array``'s ``sum`` (which concatenates ``split_every`` partial sums before
+    adding them) held ten of them at once.
+    """
+    while len(parts) > 1:
+        parts = [dask.delayed(np.add, pure=True)(parts[i], parts[i + 1]) if i + 1 < len(parts) else parts[i]
+                 for i in range(0, len(parts), 2)]
+    return parts[0]
+
+
 def feature_moments(view: DataView, fmap, shift: np.ndarray, center: bool = True, token: str = ""):
     """Mean and covariance of the features of every row of ``view``, in one pass.
 
@@ -114,7 +126,8 @@ def feature_moments(view: DataView, fmap, shift: np.ndarray, center: bool = True
             meta=np.empty((0, 0, 0), dtype=np.float64),
             name=f"feature-moments-{tokenize(X.name, token, shift)}",
         )
-        (total,) = dask.compute(parts.sum(axis=0, split_every=SPLIT_EVERY))
+        (total,) = dask.compute(pairwise_sum(parts.to_delayed().ravel().tolist()))
+        total = total[0]
     else:
         total = slice_moments(X, fmap, shift)
     n = total[M, M]
