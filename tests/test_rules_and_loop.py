@@ -10,7 +10,8 @@ import pytest
 
 from dsgd_dask import DSGDKernelPCA
 from dsgd_dask.metrics import principal_angle_sin2
-from dsgd_dask.rules import apply_update, batch_statistics, shrink_matrix
+from dsgd_dask.rules.base import apply_update
+from dsgd_dask.rules.kpca import pca_rule
 
 #: The paper's algorithm: random Fourier blocks and doubly stochastic steps (what this file tests).
 PAPER = dict(solver="oja", features="fourier")
@@ -32,11 +33,12 @@ def test_rules_reach_the_dense_principal_subspace(ordered):
     top = vecs[:, ::-1][:, :k]
     rng = np.random.default_rng(1)
     A = rng.normal(size=(F.shape[1], k)) * 0.1
+    rule = pca_rule(ordered, center=True, guard_limit=np.inf)
     for t in range(3000):
         X = F[rng.integers(0, len(F), 64)]
-        C, g = batch_statistics(X @ A, X, center=True)
         eta = 0.5 / vals[-1] / (1 + 0.01 * t)
-        apply_update(A, slice(0, A.shape[0]), g, shrink_matrix(C, eta, ordered), eta)
+        (update,) = rule.updates(rule.sums((X @ A,), (X,), {}, for_parts=False), eta)
+        A = apply_update(A, update, target=0, growing=False, block_size=A.shape[0])
     assert principal_angle_sin2(A, top) < 1e-3
     # fixed point: orthonormal columns (unit RKHS norm), E[h_i^2] = lambda_i
     np.testing.assert_allclose(A.T @ A, np.eye(k), atol=0.05)
@@ -118,7 +120,6 @@ def test_partial_sums_equal_one_step_on_the_union(blobs, ordered):
     from dsgd_dask.engine.parallel import apply_sums, part_sums
     from dsgd_dask.engine.steps import StepConfig, rule_step
     from dsgd_dask.rules import Sums
-    from dsgd_dask.rules.kpca import pca_rule
 
     model = DSGDKernelPCA(3, **PAPER, n_features=512, block_size=64, max_iter=12, ordered=ordered,
                           random_state=0).fit(blobs)

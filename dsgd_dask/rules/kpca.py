@@ -16,31 +16,10 @@ import numpy as np
 from dsgd_dask.rules.base import StepRule, Sums, Update, covariance, set_sums
 
 
-def batch_statistics(h: np.ndarray, z: np.ndarray, center: bool):
-    """The sufficient statistics of one step: ``C`` (k x k) and ``g = z^T h / B`` (m x k).
-
-    Both are float64; ``z`` may be float32.
-    """
-    n = h.shape[0]
-    z = z.astype(np.float64)
-    if center:
-        h = h - h.mean(axis=0)
-        z -= z.mean(axis=0)
-    C = h.T @ h / n
-    g = (z.T @ h) / n
-    return C, g
-
-
 def shrink_matrix(C: np.ndarray, eta: float, ordered: bool) -> np.ndarray:
     """``I - eta C`` (subspace rule) or ``I - eta UT[C]`` (ordered rule)."""
     k = C.shape[0]
     return np.eye(k) - eta * (np.triu(C) if ordered else C)
-
-
-def apply_update(coef: np.ndarray, target: slice, g: np.ndarray, shrink: np.ndarray, eta: float) -> None:
-    """One update of revisited blocks, in place: ``coef <- coef shrink``, ``coef[target] += eta g``."""
-    coef[:] = coef @ shrink
-    coef[target] += eta * g
 
 
 def step_size(scale: float, decay: float, t: int) -> float:
