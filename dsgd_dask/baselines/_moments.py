@@ -16,6 +16,7 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
+from dsgd_dask._threads import one_blas_thread
 from dsgd_dask.features.blocks import RandomFeatures
 from dsgd_dask.features.kernels import KernelSpec, kernel_matrix
 from dsgd_dask.streams.inputs import DataView, check_finite_block
@@ -79,7 +80,11 @@ def slice_moments(X: np.ndarray, fmap, shift: np.ndarray) -> np.ndarray:
 def _chunk_moments(block: np.ndarray, fmap, shift: np.ndarray, block_info=None) -> np.ndarray:
     loc = block_info[0]["chunk-location"][0] if block_info else "?"
     check_finite_block(block, f"row chunk {loc}")
-    return slice_moments(block, fmap, shift)[None]
+    # Chunk tasks run side by side: each with one BLAS thread, as every task of the
+    # package. Two concurrent multithreaded float64 GEMMs of 2048 x 16385 (m = 8192 per
+    # view) crashed OpenBLAS here (SIGSEGV).
+    with one_blas_thread():
+        return slice_moments(block, fmap, shift)[None]
 
 
 def pairwise_sum(parts: list):
