@@ -335,7 +335,7 @@ def test_bad_two_view_input_fails_before_work(halves, sarcos, tmp_path):
     with pytest.raises(ValueError, match="n_components=300 must be <= block_size"):
         DSGDKernelCCA(300, n_features=256, block_size=256).fit(A, B)
     fitted = DSGDKernelCCA(2, **SMALL).fit(A, B)
-    with pytest.raises(ValueError, match="Y has 10 columns"):
+    with pytest.raises(ValueError, match="Y has 10 features, but DSGDKernelCCA is expecting 392"):
         fitted.transform(A, B[:, :10])
     with pytest.raises(ValueError, match="X has 10 features"):
         fitted.transform(A[:, :10])

@@ -129,16 +129,9 @@ class _PairedEstimator(RandomFeatureEstimatorMixin, ClassNamePrefixFeaturesOutMi
 class _TwoViewEstimator(_PairedEstimator):
     """Two views with their own kernels; ``transform(X, Y=None)`` gives the variates of one or both."""
 
-    def _check_y_features(self, vy: DataView, reset: bool) -> None:
-        if reset:
-            self.n_features_in_y_ = vy.n_features
-        elif vy.n_features != self.n_features_in_y_:
-            raise ValueError(f"Y has {vy.n_features} features, but {type(self).__name__} is expecting "
-                             f"{self.n_features_in_y_} features as input.")
-
     def _fit_views(self, X, Y) -> tuple[DataView, DataView, int]:
         vx, vy = self._validate_pair(X, Y, reset=True)
-        self._check_y_features(vy, reset=True)
+        self._check_n_features_y(vy, reset=True)
         k = check_int(self.n_components, "n_components")
         check_kernel(self.kernel_x, self.bandwidth_x, self.kernel_params_x, "_x")
         check_kernel(self.kernel_y, self.bandwidth_y, self.kernel_params_y, "_y")
@@ -174,7 +167,7 @@ class _TwoViewEstimator(_PairedEstimator):
         if Y is None:
             return self._apply(self._validate_input(X, reset=False), px, "-x")
         vx, vy = self._validate_pair(X, Y, reset=False)
-        self._check_y_features(vy, reset=False)
+        self._check_n_features_y(vy, reset=False)
         return self._apply(vx, px, "-x"), self._apply(vy, py, "-y")
 
 

@@ -20,7 +20,7 @@ import warnings
 from collections import deque
 from concurrent.futures import CancelledError
 
-from dsgd_dask.engine.parallel import apply_sums, reduce_parts
+from dsgd_dask.engine.parallel import apply_sums, part_sums, reduce_parts
 from dsgd_dask.engine.steps import StepState, check_slab, run_chunk, run_with_restarts, step_target
 from dsgd_dask.streams.batches import PartitionedTask
 
@@ -58,8 +58,6 @@ def chunk_task(state: StepState, slab, task, features, rule, cfg, max_restarts: 
 
 def part_task(state: StepState, slab, rows, t: int, features, rule, cfg):
     """The sums of one part of data-parallel step ``t``, next to the part's rows."""
-    from dsgd_dask.engine.parallel import part_sums
-
     _, target = step_target(state.coef, features, rule, cfg, t)
     return part_sums(state.coef, slab, rows, target, features, rule)
 

@@ -59,17 +59,21 @@ class RandomFeatureEstimatorMixin:
             self.feature_coords_ = None
         return DataView(data)
 
-    def _validate_views(self, X, Y, reset: bool, what: tuple[str, str] = ("X", "Y")) -> tuple[DataView, DataView]:
+    def _validate_views(self, X, Y, reset: bool, what: tuple[str, str] = ("X", "Y"),
+                        target=None) -> tuple[DataView, DataView]:
         """Row-aligned views of ``X`` (validated as by :meth:`_validate_input`) and ``Y`` (2-D, or 1-D as one column).
 
         Nothing of a lazy input is computed; numpy values are checked here, a lazy
-        input's chunk by chunk when read.
+        input's chunk by chunk when read. ``target``, when given, maps ``Y`` (e.g. class
+        labels to codes) once ``X`` has passed its checks.
         """
         import xarray as xr
 
         if Y is None:
             raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None")
         vx = self._validate_input(X, reset)
+        if target is not None:
+            Y = target(Y)
         if not (is_lazy_input(Y) or isinstance(Y, xr.DataArray)):
             Y = numeric_array(np.asarray(Y), what[1])
         vx, vy = paired_views(X if vx.is_dask or vx.dims else vx.data, Y, what, allow_1d_y=True)
@@ -78,6 +82,14 @@ class RandomFeatureEstimatorMixin:
             if vy.data.dtype.kind != "f":
                 vy.data = vy.data.astype(np.float64)
         return vx, vy
+
+    def _check_n_features_y(self, view: DataView, reset: bool, what: str = "Y") -> None:
+        """Record (``reset``) or check the columns of the second view or target (as ``_check_n_features`` for X)."""
+        if reset:
+            self.n_features_in_y_ = view.n_features
+        elif view.n_features != self.n_features_in_y_:
+            raise ValueError(f"{what} has {view.n_features} features, but {type(self).__name__} is expecting "
+                             f"{self.n_features_in_y_} features as input.")
 
     def _check_n_features(self, view: DataView, reset: bool) -> None:
         name = type(self).__name__

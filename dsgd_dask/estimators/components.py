@@ -110,14 +110,15 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
         }
 
     # -- inputs ----------------------------------------------------------------------------
-    def _validate_pair(self, X, Y, reset: bool) -> tuple[DataView, DataView, DataView]:
+    def _target(self, Y, first: bool, **options):
+        """``Y`` as the rule reads it, once ``X`` is checked (the identity; classifiers code their labels)."""
+        return Y
+
+    def _validate_pair(self, X, Y, reset: bool, **target) -> tuple[DataView, DataView, DataView]:
         """Row-aligned views of ``X`` and ``Y``, checked and stacked (nothing computed for lazy inputs)."""
-        vx, vy = self._validate_views(X, Y, reset, self._views if len(self._views) == 2 else ("X", "y"))
-        if reset:
-            self.n_features_in_y_ = vy.n_features
-        elif vy.n_features != self.n_features_in_y_:
-            raise ValueError(f"{self._second_name} has {vy.n_features} columns, but {type(self).__name__} was "
-                             f"fitted with {self.n_features_in_y_}")
+        vx, vy = self._validate_views(X, Y, reset, self._views if len(self._views) == 2 else ("X", "y"),
+                                      target=lambda y: self._target(y, reset, **target))
+        self._check_n_features_y(vy, reset, self._second_name)
         return vx, vy, stacked_view(vx, vy)
 
     @property
@@ -129,8 +130,8 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
         return slice(0, dx), slice(dx, dx + self.n_features_in_y_)
 
     # -- fitting ---------------------------------------------------------------------------
-    def _fit(self, X, Y, callback=None):
-        view = self._validate_pair(X, Y, reset=True)[2]
+    def _fit(self, X, Y, callback=None, **target):
+        view = self._validate_pair(X, Y, reset=True, **target)[2]
         ckpt, found = self._checkpointer((view.n_samples, self.n_features_in_, self.n_features_in_y_))
         with one_blas_thread():  # the same products, so the same model, on any machine and scheduler
             self._initialise(view, seed=None if found is None else found[0])
@@ -143,9 +144,9 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
         del self._sample
         return self
 
-    def _partial_fit(self, X, Y):
+    def _partial_fit(self, X, Y, **target):
         first = not hasattr(self, "state_")
-        view = self._validate_pair(X, Y, reset=first)[2]
+        view = self._validate_pair(X, Y, reset=first, **target)[2]
         with one_blas_thread():
             if first:
                 self._initialise(view)
@@ -199,13 +200,14 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
         self.kernel_ = specs[0] if n_views == 1 else tuple(specs)
         self.n_passes_ = 0
 
-    def _sample_functions(self, sample: np.ndarray) -> list[np.ndarray]:
-        """The raw functions of every set on the sample rows, centred."""
-        out = []
+    def _sample_functions(self, sample: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """The raw functions of every set on the sample rows, centred, and their means."""
+        centred, means = [], []
         for i, view in enumerate(self._rule.set_views):
             h = KernelExpansion(self._features[view], self.state_.coef[i]).evaluate(self._rule.rows(sample, i))
-            out.append(h - h.mean(axis=0))
-        return out
+            means.append(h.mean(axis=0))
+            centred.append(h - means[-1])
+        return centred, means
 
     def _norms(self) -> list[np.ndarray]:
         """``J A_i^T A_i`` per set: the Gram matrix of the functions in the features' space.
@@ -218,14 +220,13 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
 
     def _finish(self, sample: np.ndarray) -> None:
         """Rotate the sets to the method's ordered components (on the sample), set offsets and models."""
-        h = self._sample_functions(sample)
+        h, means = self._sample_functions(sample)
         rotations = self._final(h, self._norms(), sample)
         models = []
         for i, view in enumerate(self._rule.set_views):
-            coef = self.state_.coef[i] @ rotations[i]
-            raw = KernelExpansion(self._features[view], coef)
-            offset = raw.evaluate(self._rule.rows(sample, i)).mean(axis=0)
-            model = KernelExpansion(self._features[view], coef, offset)
+            # the offset is the sample mean of the rotated functions: the raw means, rotated
+            model = KernelExpansion(self._features[view], self.state_.coef[i] @ rotations[i],
+                                    means[i] @ rotations[i])
             model.token = model_fingerprint(model)
             models.append(model)
         self.models_ = tuple(models)
@@ -247,9 +248,7 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
         vy = _as_2d_view(Y, self._second_name, True)
         if not vy.is_dask:
             check_finite_block(vy.data, self._second_name)
-        if vy.n_features != self.n_features_in_y_:
-            raise ValueError(f"{self._second_name} has {vy.n_features} columns, but {type(self).__name__} was "
-                             f"fitted with {self.n_features_in_y_}")
+        self._check_n_features_y(vy, False, self._second_name)
         return vy
 
     # -- persistence -----------------------------------------------------------------------

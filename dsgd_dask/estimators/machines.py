@@ -21,8 +21,9 @@ from sklearn.utils.multiclass import type_of_target
 from sklearn.utils.validation import check_is_fitted
 
 from dsgd_dask._validation import check_float
-from dsgd_dask.estimators._steps import register
+from dsgd_dask.estimators._steps import model_fingerprint, register
 from dsgd_dask.estimators.components import ComponentStepEstimator
+from dsgd_dask.model.expansion import KernelExpansion
 from dsgd_dask.rules.machines import MachineRule
 from dsgd_dask.streams.inputs import numeric_array
 from dsgd_dask.transform.lazy import apply_rows
@@ -158,9 +159,6 @@ class _KernelMachine(ComponentStepEstimator):
         return (np.zeros((z[0].shape[1], k)),)
 
     def _finish(self, sample: np.ndarray) -> None:
-        from dsgd_dask.estimators._steps import model_fingerprint
-        from dsgd_dask.model.expansion import KernelExpansion
-
         model = KernelExpansion(self._features[0], self.state_.coef[0])
         model.token = model_fingerprint(model)
         self.models_ = (model,)
@@ -171,9 +169,6 @@ class _KernelMachine(ComponentStepEstimator):
         return self.models_[0]
 
     # -- targets ---------------------------------------------------------------------------
-    def _prepare(self, X, y, first: bool, classes=None):
-        raise NotImplementedError
-
     def fit(self, X, y, *, callback=None):
         """Fit the machine by doubly stochastic steps over the rows of ``(X, y)``.
 
@@ -189,14 +184,10 @@ class _KernelMachine(ComponentStepEstimator):
         -------
         self
         """
-        y = self._prepare(X, y, first=True)
         return self._fit(X, y, callback=callback)
 
-    def _check_xy(self, X, y, first: bool):
-        """``y``'s values (numpy or dask) after the checks every target shares; ``X`` checked as in :meth:`fit`."""
-        if y is None:
-            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None")
-        self._validate_input(X, reset=first)
+    def _checked_target(self, y):
+        """``y``'s values (numpy or dask) after the checks every target shares."""
         values = _target_values(y)
         if values.dtype.kind == "c":
             raise ValueError(f"Complex data not supported: y has dtype {values.dtype}")
@@ -221,8 +212,7 @@ class _KernelMachine(ComponentStepEstimator):
         if first and classes is None and isinstance(self, ClassifierMixin):
             raise ValueError("classes must be passed on the first call to partial_fit: every class of the "
                              "stream, as scikit-learn's incremental classifiers need")
-        y = self._prepare(X, y, first=first, classes=classes)
-        return self._partial_fit(X, y)
+        return self._partial_fit(X, y, classes=classes)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -295,19 +285,19 @@ class DSGDKernelRidge(RegressorMixin, _KernelMachine):
 
     _numeric_target = True
 
-    def _prepare(self, X, y, first: bool, classes=None):
-        values = self._check_xy(X, y, first)
+    def _target(self, y, first: bool, classes=None):
+        values = self._checked_target(y)
         if values.ndim not in (1, 2):
             raise ValueError(f"y must be 1-D or 2-D, got shape {values.shape}")
         if values.dtype.kind not in "biuf":
             raise TypeError(f"y must be numeric for regression, got dtype {values.dtype}")
-        n_out = 1 if values.ndim == 1 else values.shape[1]
         if first:
-            self._n_outputs = n_out
             self._y_1d = values.ndim == 1
-        elif n_out != self._n_outputs:
-            raise ValueError(f"y has {n_out} outputs, but {type(self).__name__} was fitted with {self._n_outputs}")
-        return y
+        return y  # the number of outputs is checked with the view, as the columns of X
+
+    @property
+    def _n_outputs(self) -> int:
+        return self.n_features_in_y_
 
     def _encoder(self):
         return Identity()
@@ -329,17 +319,17 @@ class DSGDKernelRidge(RegressorMixin, _KernelMachine):
         return _ravel_single(out) if self._y_1d else out
 
     def _extra_payload(self) -> dict:
-        return {"n_outputs": self._n_outputs, "y_1d": self._y_1d}
+        return {"y_1d": self._y_1d}
 
     def _restore_extra(self, fitted: dict, arrays: dict) -> None:
-        self._n_outputs, self._y_1d = fitted["n_outputs"], fitted["y_1d"]
+        self._y_1d = fitted["y_1d"]
 
 
 class _KernelClassifier(ClassifierMixin, _KernelMachine):
     _numeric_target = False
 
-    def _prepare(self, X, y, first: bool, classes=None):
-        values = self._check_xy(X, y, first)
+    def _target(self, y, first: bool, classes=None):
+        values = self._checked_target(y)
         if values.ndim == 2 and values.shape[1] == 1:
             warnings.warn("A column-vector y was passed when a 1d array was expected. Please change the shape of "
                           "y to (n_samples,), for example using ravel().", DataConversionWarning, stacklevel=3)
@@ -393,15 +383,16 @@ class _KernelClassifier(ClassifierMixin, _KernelMachine):
             codes = (block > 0).astype(np.int64) if block.ndim == 1 else block.argmax(axis=1)
             return classes[codes]
 
-        if hasattr(scores, "dims"):  # a DataArray: keep the sample coordinates
-            data = scores.data
-            out = data.map_blocks(label, drop_axis=1 if data.ndim == 2 else (), dtype=classes.dtype) \
-                if isinstance(data, da.Array) else label(data)
-            return scores.isel({scores.dims[1]: 0}, drop=True).copy(data=out) if scores.ndim == 2 else \
-                scores.copy(data=out)
-        if isinstance(scores, da.Array):
-            return scores.map_blocks(label, drop_axis=1 if scores.ndim == 2 else (), dtype=classes.dtype)
-        return label(scores)
+        labelled = hasattr(scores, "dims")  # a DataArray: keep the sample coordinates
+        data = scores.data if labelled else scores
+        if isinstance(data, da.Array):
+            out = data.map_blocks(label, drop_axis=1 if data.ndim == 2 else (), dtype=classes.dtype)
+        else:
+            out = label(data)
+        if not labelled:
+            return out
+        sample_only = scores.isel({scores.dims[1]: 0}, drop=True) if scores.ndim == 2 else scores
+        return sample_only.copy(data=out)
 
     def _values_payload(self) -> dict:
         return {"classes": self.classes_}

@@ -232,11 +232,12 @@ class DSGDKernelSVD(_TwoViewEstimator):
         return A / np.sqrt(2), B / np.sqrt(2)
 
     def _final(self, h, norms, sample):
+        # the SVD of Cov(u, v) with each set orthonormal in the RKHS: the CCA problem with
+        # the norms' Gram matrices as the covariances
         u, v = h
-        rx, ry = _inverse_sqrt(norms[0]), _inverse_sqrt(norms[1])
-        s, P, Q = cross_svd(rx.T @ (u.T @ v / len(u)) @ ry, u.shape[1])
+        s, A, B = ridge_cca(norms[0], norms[1], u.T @ v / len(u), 0.0, u.shape[1])
         self.singular_values_ = s
-        return rx @ P, ry @ Q
+        return A, B
 
     def _values_payload(self) -> dict:
         return {"singular_values": self.singular_values_}
@@ -366,11 +367,3 @@ class DSGDKernelCCA(_TwoViewEstimator):
     def _restore_values(self, arrays: dict) -> None:
         self.correlations_ = arrays["correlations"]
 
-
-def _inverse_sqrt(gram: np.ndarray) -> np.ndarray:
-    """``G^{-1/2}`` of a small symmetric positive definite Gram matrix (pseudo-inverse on its range)."""
-    vals, vecs = np.linalg.eigh(0.5 * (gram + gram.T))
-    keep = vals > vals.max() * gram.shape[0] * np.finfo(float).eps
-    inv = np.zeros_like(vals)
-    inv[keep] = 1.0 / np.sqrt(vals[keep])
-    return (vecs * inv) @ vecs.T
