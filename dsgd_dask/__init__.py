@@ -1,6 +1,6 @@
 """dsgd_dask: kernel methods on data larger than memory, by doubly stochastic gradients on Dask."""
 
-from dsgd_dask import datasets
+from dsgd_dask import datasets, xarray_accessor  # noqa: F401  (xarray_accessor registers .dsgd on xarray)
 from dsgd_dask.baselines import ExactKernelPCA, KernelHebbianPCA, NystroemPCA, RandomFeaturePCA
 from dsgd_dask.estimators import (
     DSGDKernelCCA,

@@ -78,6 +78,7 @@ def test_xarray_keeps_dims_and_coords(blobs, backend):
         Z = model.transform(arr)
     assert isinstance(Z, xr.DataArray)
     assert Z.dims == ("time", "component")
+    assert Z.attrs == {}  # the input's units do not describe its components
     np.testing.assert_array_equal(Z["time"].values, time)
     np.testing.assert_array_equal(Z["station"].values, arr["station"].values)
     np.testing.assert_array_equal(Z["component"].values, np.arange(3))

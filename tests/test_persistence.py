@@ -127,3 +127,132 @@ def test_older_format_refused(model, tmp_path):
     group.attrs["dsgd_dask"] = {**group.attrs["dsgd_dask"], "format_version": 1}
     with pytest.raises(ValueError, match="format version 1, whose seeds generate other random features"):
         dsgd_dask.load(path)
+
+
+# -- every estimator: a fresh process, a distributed worker, paths -------------------------------
+
+SMALL = dict(n_features=256, block_size=64, batch_size=32, max_iter=30, random_state=0)
+
+
+def _data():
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(400, 5))
+    labels = np.array(["low", "mid", "high"])[np.digitize(X[:, 0] + X[:, 1], [-0.7, 0.7])]
+    return X, labels
+
+
+def _estimators():
+    """Name -> (fitted estimator, method, arguments) for each of the seven estimators."""
+    X, labels = _data()
+    A, B = X[:, :3], X[:, 3:]
+    return {
+        "pca": (DSGDKernelPCA(3, n_features=256, max_iter=5, random_state=0).fit(X), "transform", (X,)),
+        "svd": (dsgd_dask.DSGDKernelSVD(2, **SMALL).fit(A, B), "transform", (A, B)),
+        "cca": (dsgd_dask.DSGDKernelCCA(2, **SMALL).fit(A, B), "transform", (A, B)),
+        "sir": (dsgd_dask.DSGDKernelSIR(2, n_slices=5, **SMALL).fit(X, X[:, 0] ** 2), "transform", (X,)),
+        "ridge": (dsgd_dask.DSGDKernelRidge(1e-3, **SMALL).fit(X, X[:, 0] * X[:, 1]), "predict", (X,)),
+        "svc": (dsgd_dask.DSGDKernelSVC(1e-3, **SMALL).fit(X, labels), "predict", (X,)),
+        "logistic": (dsgd_dask.DSGDKernelLogisticRegression(1e-3, **SMALL).fit(X, labels), "predict_proba", (X,)),
+    }
+
+
+def _outputs(out) -> list[np.ndarray]:
+    return [np.asarray(o) for o in out] if isinstance(out, tuple) else [np.asarray(out)]
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """The seven estimators, each saved: name -> (estimator, method, arguments, path)."""
+    root = tmp_path_factory.mktemp("models")
+    return {name: (est, method, args, est.save(root / f"{name}.zarr"))
+            for name, (est, method, args) in _estimators().items()}
+
+
+def test_every_estimator_saved_and_loaded_in_a_fresh_process(saved, tmp_path):
+    assert {type(est).__name__ for est, *_ in saved.values()} == {
+        "DSGDKernelPCA", "DSGDKernelSVD", "DSGDKernelCCA", "DSGDKernelSIR", "DSGDKernelRidge", "DSGDKernelSVC",
+        "DSGDKernelLogisticRegression"}
+    spec = {name: {"path": str(path), "method": method, "args": [f"{name}-{i}.npy" for i in range(len(args))]}
+            for name, (_, method, args, path) in saved.items()}
+    for name, (_, _, args, _) in saved.items():
+        for i, arg in enumerate(args):
+            np.save(tmp_path / f"{name}-{i}.npy", arg)
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    code = (
+        "import json, sys, numpy as np, dsgd_dask\n"
+        "root = sys.argv[1]\n"
+        "spec = json.load(open(root + '/spec.json'))\n"
+        "for name, s in spec.items():\n"
+        "    m = dsgd_dask.load(s['path'])\n"
+        "    out = getattr(m, s['method'])(*[np.load(root + '/' + a) for a in s['args']])\n"
+        "    out = out if isinstance(out, tuple) else (out,)\n"
+        "    for i, o in enumerate(out):\n"
+        "        np.save(f'{root}/{name}-out{i}.npy', np.asarray(o))\n"
+    )
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True)
+    for name, (est, method, args, _) in saved.items():
+        for i, expected in enumerate(_outputs(getattr(est, method)(*args))):
+            got = np.load(tmp_path / f"{name}-out{i}.npy")
+            assert got.dtype == expected.dtype, name
+            np.testing.assert_array_equal(got, expected, err_msg=name)
+
+
+def test_models_loaded_on_a_distributed_worker(saved):
+    import os
+    from operator import methodcaller
+
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        assert os.getpid() not in client.run(os.getpid).values()  # the worker is another process
+        for name, (est, method, args, path) in saved.items():
+            model = client.submit(dsgd_dask.load, str(path), pure=False)
+            out = client.submit(methodcaller(method, *args), model, pure=False).result()
+            assert type(model.result()) is type(est)
+            for got, expected in zip(_outputs(out), _outputs(getattr(est, method)(*args)), strict=True):
+                np.testing.assert_array_equal(got, expected, err_msg=name)
+
+
+class _PathLike:
+    def __init__(self, path):
+        self.path = path
+
+    def __fspath__(self):
+        return str(self.path)
+
+
+@pytest.mark.parametrize("kind", ["str", "Path", "PathLike", "file-url"])
+def test_local_paths_of_every_kind(model, blobs, tmp_path, kind):
+    target = tmp_path / "a dir" / "m.zarr"
+    path = {"str": str(target), "Path": target, "PathLike": _PathLike(target), "file-url": target.as_uri()}[kind]
+    assert model.save(path) == target
+    np.testing.assert_array_equal(dsgd_dask.load(path).transform(blobs), model.transform(blobs))
+    np.testing.assert_array_equal(dsgd_dask.load(target).transform(blobs), model.transform(blobs))
+
+
+@pytest.mark.parametrize("url", ["s3://bucket/m.zarr", "memory://m.zarr", "gs://bucket/m.zarr",
+                                 "simplecache::s3://bucket/m.zarr", "file://otherhost/m.zarr"])
+def test_remote_urls_refused(model, blobs, tmp_path, monkeypatch, url):
+    monkeypatch.chdir(tmp_path)
+    message = "only guaranteed on a local filesystem.*file://" if "otherhost" not in url else "must be local"
+    with pytest.raises(ValueError, match=message):
+        model.save(url)
+    with pytest.raises(ValueError, match=message):
+        dsgd_dask.load(url)
+    # a checkpoint on such a URL fails before any step
+    seen = []
+    with pytest.raises(ValueError, match=message):
+        DSGDKernelPCA(2, solver="oja", features="fourier", n_features=128, block_size=64, max_iter=20,
+                      checkpoint=url, random_state=0).fit(blobs, callback=lambda *a: seen.append(a))
+    assert seen == []
+    assert list(tmp_path.iterdir()) == []  # nothing written locally under a mangled name
+
+
+def test_checkpoint_at_a_file_url(blobs, tmp_path):
+    params = dict(solver="oja", features="fourier", n_features=128, block_size=64, max_iter=20, random_state=0)
+    ckpt = tmp_path / "ck.zarr"
+    fitted = DSGDKernelPCA(2, **params, checkpoint=ckpt.as_uri(), checkpoint_every=5).fit(blobs)
+    assert ckpt.is_dir()
+    resumed = DSGDKernelPCA(2, **params, checkpoint=ckpt.as_uri(), checkpoint_every=5).fit(blobs)
+    np.testing.assert_array_equal(resumed.transform(blobs), fitted.transform(blobs))

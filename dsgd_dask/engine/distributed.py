@@ -94,7 +94,8 @@ def run_plan_distributed(client, state: StepState, view, tasks, features, rule, 
     """Run a plan of chunk tasks on ``client``'s workers (same results as the local loop).
 
     ``on_state(state)`` is called after the tasks whose last step ``s`` has ``due(s)``
-    true; only then, and at the end, does the client fetch the state.
+    true; only then, and at the end, does the client fetch the state. ``progress(n)`` is
+    called on the client with the steps of the tasks completed since the last call.
     """
     lost = _lost_errors()
     features_ref = client.scatter(features, broadcast=True, hash=False)
@@ -104,7 +105,7 @@ def run_plan_distributed(client, state: StepState, view, tasks, features, rule, 
     anchor, since = state, []  # the last state the client holds, and the tasks run from it
     running: deque = deque()  # (task, future of the state after it)
     current = state  # a value (the anchor) or the future of the last submitted task
-    counted = state.step  # steps already shown by the progress bar
+    counted = state.step  # steps already reported to progress
 
     replays = 0
 
@@ -136,7 +137,7 @@ def run_plan_distributed(client, state: StepState, view, tasks, features, rule, 
                 continue
             running.popleft()
             if progress is not None and end > counted:
-                progress.update(end - counted)
+                progress(end - counted)
                 counted = end
             if st is not None:
                 if st.eta_scale < anchor.eta_scale:

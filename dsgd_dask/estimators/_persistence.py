@@ -17,8 +17,8 @@ def load(path):
 
     Parameters
     ----------
-    path : str or Path
-        A store written by an estimator's ``save``.
+    path : str, os.PathLike or file:// URL
+        A store written by an estimator's ``save``, on a local filesystem.
 
     Returns
     -------
@@ -30,8 +30,9 @@ def load(path):
     FileNotFoundError
         Nothing at ``path``.
     ValueError
-        ``path`` is not a saved model (e.g. a data store), was written by a newer format
-        version, or is truncated or corrupt.
+        ``path`` is a URL of another protocol than ``file://``; or it is not a saved model
+        (e.g. a data store), was written by a newer format version, or is truncated or
+        corrupt.
     """
     attrs, arrays = read_store(path, "model")
     name = attrs.get("estimator")

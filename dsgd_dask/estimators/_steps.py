@@ -9,18 +9,20 @@ themselves with :func:`register`, so :func:`dsgd_dask.load` finds any of them by
 from __future__ import annotations
 
 import hashlib
+from contextlib import nullcontext
 
 import numpy as np
 
 from dsgd_dask._validation import check_int
 from dsgd_dask.engine.checkpoint import Checkpointer, fit_fingerprint
-from dsgd_dask.engine.loop import Progress, run_plan
+from dsgd_dask.engine.loop import run_plan
 from dsgd_dask.estimators._base import RandomFeatureEstimatorMixin
 from dsgd_dask.features.blocks import RandomFeatures
 from dsgd_dask.features.kernels import KernelSpec
 from dsgd_dask.features.nystroem import NystroemFeatures
 from dsgd_dask.model.expansion import KernelExpansion
-from dsgd_dask.model.store import StoreError, write_store
+from dsgd_dask.model.store import StoreError, local_path, write_store
+from dsgd_dask.progress import step_bar
 from dsgd_dask.streams.batches import chunk_tasks, skip_done
 
 #: Saved-model classes by name (see :func:`register`).
@@ -87,7 +89,8 @@ class StepEstimatorMixin(RandomFeatureEstimatorMixin):
         if not (params["random_state"] is None or isinstance(params["random_state"], int | np.integer)):
             raise ValueError("checkpointing needs random_state to be None or an int, so a resumed fit "
                              "regenerates the same features")
-        ckpt = Checkpointer(self.checkpoint, every, fit_fingerprint(type(self).__name__, params, data_shape))
+        path = local_path(self.checkpoint, "checkpoint")
+        ckpt = Checkpointer(path, every, fit_fingerprint(type(self).__name__, params, data_shape))
         return ckpt, ckpt.existing()
 
     def _run_steps(self, view, n_steps: int, epoch_offset: int, callback=None, checkpointer=None) -> None:
@@ -104,7 +107,6 @@ class StepEstimatorMixin(RandomFeatureEstimatorMixin):
                             shuffle_chunks=p["shuffle_chunks"], partitions=p["n_partitions"])
         if state.step > step0:
             tasks = skip_done(tasks, state.step)
-        progress = Progress(n_steps, p["batch_size"], done=state.step - step0) if self.verbose else None
         features = self._feature_sets()
 
         def on_state(st):
@@ -117,7 +119,9 @@ class StepEstimatorMixin(RandomFeatureEstimatorMixin):
         def due(step):
             return callback is not None or (checkpointer is not None and checkpointer.due(step))
 
-        self.state_ = run_plan(state, view, tasks, features, self._rule, self._config, progress, on_state, due)
+        bar = step_bar(n_steps, p["batch_size"], done=state.step - step0) if self.verbose else nullcontext()
+        with bar as progress:
+            self.state_ = run_plan(state, view, tasks, features, self._rule, self._config, progress, on_state, due)
         if checkpointer is not None:
             checkpointer.save(self.state_)
         self.n_iter_ = self.state_.step
@@ -136,8 +140,10 @@ class StepEstimatorMixin(RandomFeatureEstimatorMixin):
 
         Parameters
         ----------
-        path : str or Path
-            Directory of the new Zarr group.
+        path : str, os.PathLike or file:// URL
+            Directory of the new Zarr group, on a local (or network-mounted) filesystem:
+            the atomic write renames a temporary directory into place, so other URLs
+            (``s3://``, ``memory://``...) raise a ``ValueError``.
         overwrite : bool, default=False
             Replace an existing store at ``path``.
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import asdict
 
 import numpy as np
@@ -12,7 +13,6 @@ from dsgd_dask._linalg import small_eigh
 from dsgd_dask._threads import one_blas_thread
 from dsgd_dask._validation import check_choice, check_float, check_int
 from dsgd_dask.engine.distributed import active_client
-from dsgd_dask.engine.loop import PassProgress
 from dsgd_dask.engine.passes import full_pass, row_chunks
 from dsgd_dask.engine.steps import StepConfig, StepState
 from dsgd_dask.estimators._steps import (
@@ -24,6 +24,7 @@ from dsgd_dask.estimators._steps import (
 )
 from dsgd_dask.features.nystroem import NystroemFeatures
 from dsgd_dask.model.expansion import KernelExpansion
+from dsgd_dask.progress import pass_bar
 from dsgd_dask.rules.kpca import pca_rule
 from dsgd_dask.rules.subspace import (
     contraction,
@@ -188,16 +189,18 @@ class DSGDKernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transfo
     cache_bytes : int, optional
         Memory budget for cached feature blocks; ``None`` uses a quarter of the free
         memory (at most 4 GiB), 0 regenerates every block at every use.
-    checkpoint : str or Path, optional
-        Zarr group where :meth:`fit` saves its state after every pass (subspace solver)
-        or every ``checkpoint_every`` steps (atomically: a crash never leaves a checkpoint
-        that loads wrong). When it exists
-        at the start of :meth:`fit`, the fit resumes from it and ends with the same model
-        as an uninterrupted run; a checkpoint of another fit is refused.
+    checkpoint : str, os.PathLike or file:// URL, optional
+        Zarr group, on a local filesystem, where :meth:`fit` saves its state after every
+        pass (subspace solver) or every ``checkpoint_every`` steps (atomically: a crash
+        never leaves a checkpoint that loads wrong). When it exists at the start of
+        :meth:`fit`, the fit resumes from it and ends with the same model as an
+        uninterrupted run; a checkpoint of another fit is refused.
     checkpoint_every : int, default=100
         Steps between checkpoints (written at the end of the chunk task that crosses them).
     verbose : bool, default=False
-        Print a line per pass, or a progress bar of the update steps.
+        Show a progress bar (:mod:`tqdm`, on standard error or as a notebook widget): of
+        the full-data passes, with how far the subspace moved and the estimated error, or
+        of the update steps, with the samples per second.
     random_state : int, RandomState instance or None, default=None
         Root seed of the feature blocks and of the mini-batch shuffles.
 
@@ -575,51 +578,52 @@ class DSGDKernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transfo
         # on a cluster the feature set (landmarks: M d numbers) goes to the workers once per fit
         client = active_client() if view.is_dask else None
         ref = client.scatter(features, broadcast=True, hash=False) if client is not None else None
-        progress = PassProgress(p["max_iter"]) if self.verbose else None
-        while not done and passes < p["max_iter"]:
-            chunks = None
-            if staging and STAGE_GROWTH * rows_before <= STAGE_MAX_FRACTION * n:
-                chunks = chunk_subset(sizes, STAGE_GROWTH * rows_before, self.seed_, key=step)
-            stage = staging = chunks is not None
-            sums = full_pass(view, features, J, V, self._shift, p["center"], token=token, features_ref=ref,
-                             chunks=chunks)
-            R, lam_v, V_next = ritz_step(V, sums.cov_times)
-            err_ritz = residual_sin2(V, sums.cov_times, R, lam_v, k)
-            rho = contraction(lam_v, k)
-            step += 1
-            if stage:
-                # Error of the next block on all rows: the contracted error of this one plus
-                # the noise of this stage's rows (the residual measured here charged to the
-                # noise of the previous, smaller sample, falling as 1 / rows).
-                rows = int(sizes[chunks].sum())
-                ahead = err_ritz * (rho + rows_before / rows)
-                rows_before = rows
-                staging = rho * ahead > tol
-                entry = {"pass": passes, "rows": rows, "change": subspace_sin2(prev, R[:, :k]),
-                         "estimated_error": ahead, "eigenvalues": (lam_v[:k] / J).tolist()}
-                prev = R[:, :k]
-            else:
-                passes += 1
-                ext = nystroem_extension(V, sums.cov_times, k)
-                U, lam, err = (ext[0], ext[1], err_ritz * rho) if ext is not None else (R[:, :k], lam_v[:k],
-                                                                                        err_ritz)
-                mean = sums.mean
-                done = err <= tol
-                entry = {"pass": passes, "rows": n, "change": subspace_sin2(prev, U), "estimated_error": err,
-                         "residual_error": err_ritz, "contraction": rho, "eigenvalues": (lam / J).tolist()}
-                prev = U
-            self.convergence_.append(entry)
-            V = V_next
-            if progress is not None:
-                progress.update(passes, entry["change"], entry["estimated_error"],
-                                rows=entry["rows"] if stage else None)
-            if checkpointer is not None:
-                checkpointer.save(StepState(np.hstack([V, prev]), step, 0.0),
-                                  {"lam": lam if lam is not None else lam_v[:k], "mean": mean if mean is not None
-                                   else sums.mean, "done": np.array([done]),
-                                   "stage": np.array([staging, rows_before, passes]), "shift": self._shift})
-            if callback is not None and not stage:
-                callback(passes, KernelExpansion(features, prev / np.sqrt(J)))
+        bar = pass_bar(p["max_iter"]) if self.verbose else nullcontext()
+        with bar as progress:
+            while not done and passes < p["max_iter"]:
+                chunks = None
+                if staging and STAGE_GROWTH * rows_before <= STAGE_MAX_FRACTION * n:
+                    chunks = chunk_subset(sizes, STAGE_GROWTH * rows_before, self.seed_, key=step)
+                stage = staging = chunks is not None
+                sums = full_pass(view, features, J, V, self._shift, p["center"], token=token, features_ref=ref,
+                                 chunks=chunks)
+                R, lam_v, V_next = ritz_step(V, sums.cov_times)
+                err_ritz = residual_sin2(V, sums.cov_times, R, lam_v, k)
+                rho = contraction(lam_v, k)
+                step += 1
+                if stage:
+                    # Error of the next block on all rows: the contracted error of this one plus
+                    # the noise of this stage's rows (the residual measured here charged to the
+                    # noise of the previous, smaller sample, falling as 1 / rows).
+                    rows = int(sizes[chunks].sum())
+                    ahead = err_ritz * (rho + rows_before / rows)
+                    rows_before = rows
+                    staging = rho * ahead > tol
+                    entry = {"pass": passes, "rows": rows, "change": subspace_sin2(prev, R[:, :k]),
+                             "estimated_error": ahead, "eigenvalues": (lam_v[:k] / J).tolist()}
+                    prev = R[:, :k]
+                else:
+                    passes += 1
+                    ext = nystroem_extension(V, sums.cov_times, k)
+                    U, lam, err = (ext[0], ext[1], err_ritz * rho) if ext is not None else (R[:, :k], lam_v[:k],
+                                                                                            err_ritz)
+                    mean = sums.mean
+                    done = err <= tol
+                    entry = {"pass": passes, "rows": n, "change": subspace_sin2(prev, U), "estimated_error": err,
+                             "residual_error": err_ritz, "contraction": rho, "eigenvalues": (lam / J).tolist()}
+                    prev = U
+                self.convergence_.append(entry)
+                V = V_next
+                if progress is not None:
+                    progress(passes, entry["change"], entry["estimated_error"],
+                             rows=entry["rows"] if stage else None)
+                if checkpointer is not None:
+                    checkpointer.save(StepState(np.hstack([V, prev]), step, 0.0),
+                                      {"lam": lam if lam is not None else lam_v[:k], "mean": mean if mean is not None
+                                       else sums.mean, "done": np.array([done]),
+                                       "stage": np.array([staging, rows_before, passes]), "shift": self._shift})
+                if callback is not None and not stage:
+                    callback(passes, KernelExpansion(features, prev / np.sqrt(J)))
         del ref
         if mean is None:  # max_iter passes already taken: nothing to refine
             raise ValueError("max_iter must allow at least one pass over the data")

@@ -395,16 +395,24 @@ class _KernelClassifier(ClassifierMixin, _KernelMachine):
         return sample_only.copy(data=out)
 
     def _values_payload(self) -> dict:
-        return {"classes": self.classes_}
+        # numbers as an array; other labels (strings) in the attributes, as JSON: Zarr v3 has
+        # no stable specification of fixed-length strings
+        return {"classes": self.classes_} if self.classes_.dtype.kind in "biuf" else {}
 
     def _restore_values(self, arrays: dict) -> None:
-        self.classes_ = arrays["classes"]
+        if "classes" in arrays:
+            self.classes_ = arrays["classes"]
 
     def _extra_payload(self) -> dict:
-        return {"n_outputs": self._n_outputs}
+        extra = {"n_outputs": self._n_outputs}
+        if self.classes_.dtype.kind not in "biuf":
+            extra.update(class_labels=self.classes_.tolist(), class_dtype=self.classes_.dtype.str)
+        return extra
 
     def _restore_extra(self, fitted: dict, arrays: dict) -> None:
         self._n_outputs = fitted["n_outputs"]
+        if "class_labels" in fitted:
+            self.classes_ = np.array(fitted["class_labels"], dtype=fitted["class_dtype"])
 
 
 @register

@@ -53,4 +53,4 @@ def apply_rows(view: DataView, fn: Callable[[np.ndarray], np.ndarray], n_out: in
     sdim = view.dims[0]
     coords = {k: v for k, v in src.coords.items() if set(v.dims) <= {sdim}}
     coords[out_dim] = np.arange(n_out)
-    return xr.DataArray(out, dims=(sdim, out_dim), coords=coords, name=name, attrs=dict(src.attrs))
+    return xr.DataArray(out, dims=(sdim, out_dim), coords=coords, name=name)  # input attrs describe the input

@@ -1,0 +1,393 @@
+"""The subcommands of ``dsgd-dask``: fit, transform, predict, evaluate, info."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import dsgd_dask
+from dsgd_dask.cli._io import open_input, open_second, read_model_attrs, row_chunks, write_output
+from dsgd_dask.model.store import local_path
+
+#: Method names and their estimator classes (all exported from ``dsgd_dask``).
+METHODS = {
+    "pca": "DSGDKernelPCA",
+    "cca": "DSGDKernelCCA",
+    "svd": "DSGDKernelSVD",
+    "sir": "DSGDKernelSIR",
+    "ridge": "DSGDKernelRidge",
+    "svc": "DSGDKernelSVC",
+    "logistic": "DSGDKernelLogisticRegression",
+}
+TWO_VIEW = ("DSGDKernelCCA", "DSGDKernelSVD")
+SUPERVISED = ("DSGDKernelSIR", "DSGDKernelRidge", "DSGDKernelSVC", "DSGDKernelLogisticRegression")
+MACHINES = ("DSGDKernelRidge", "DSGDKernelSVC", "DSGDKernelLogisticRegression")
+
+
+class UsageError(Exception):
+    """A command line that cannot work whatever the data (exit status 2)."""
+
+
+def parse_set(items, valid: dict) -> dict:
+    """Estimator parameters from ``key=value`` strings, values read as Python literals, else strings.
+
+    Parameters
+    ----------
+    items : list of str
+        ``key=value`` pairs, e.g. ``n_components=5``, ``kernel=laplacian``,
+        ``kernel_params={'nu': 1.5}``.
+    valid : dict
+        The estimator's ``get_params()``.
+
+    Returns
+    -------
+    dict
+
+    Raises
+    ------
+    UsageError
+        A pair without ``=`` or an unknown parameter (the message lists the valid ones).
+    """
+    params = {}
+    for item in items or ():
+        key, sep, text = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise UsageError(f"--set expects key=value, got {item!r}")
+        if key not in valid:
+            raise UsageError(f"unknown parameter {key!r} in --set {item}; valid parameters: {', '.join(sorted(valid))}")
+        try:
+            params[key] = ast.literal_eval(text.strip())
+        except (ValueError, SyntaxError):
+            params[key] = text.strip()
+    return params
+
+
+@contextlib.contextmanager
+def scheduler(name: str, n_workers: int | None = None):
+    """Run the body on a dask scheduler: ``threads``, ``synchronous``, ``processes``, ``local`` or an address.
+
+    ``local`` starts a :class:`distributed.LocalCluster` of ``n_workers`` single-threaded
+    workers (default 2) for the duration; an address connects a client to a running
+    scheduler.
+    """
+    import dask
+
+    if name in ("threads", "synchronous", "processes"):
+        if n_workers is not None and name != "synchronous":
+            with dask.config.set(scheduler=name, num_workers=n_workers):
+                yield
+        else:
+            with dask.config.set(scheduler=name):
+                yield
+        return
+    from distributed import Client, LocalCluster
+
+    if name == "local":
+        with LocalCluster(n_workers=n_workers or 2, threads_per_worker=1, dashboard_address=None) as cluster, \
+                Client(cluster):
+            yield
+        return
+    with Client(name):
+        yield
+
+
+def _say(args, *parts) -> None:
+    if not args.quiet:
+        print(*parts, file=sys.stdout, flush=True)
+
+
+def _shape(data) -> str:
+    return "×".join(str(n) for n in data.shape)
+
+
+def _load(args):
+    model = dsgd_dask.load(args.model)
+    _set_verbose(model, args)
+    return model
+
+
+def _set_verbose(model, args) -> None:
+    if hasattr(model, "verbose"):
+        model.verbose = not args.quiet
+
+
+def _inputs(args, kind: str):
+    """``X`` and the second view or target (or None) of a command, as the method needs them."""
+    X = open_input(args.input, args.var, feature_dim=args.feature_dim)
+    if args.y is None:
+        if kind in SUPERVISED and args.command in ("fit", "evaluate"):
+            raise UsageError(f"{kind} needs --y: the target, a path or a variable of {args.input}")
+        if kind in TWO_VIEW and args.command in ("fit", "evaluate"):
+            raise UsageError(f"{kind} needs --y: the second view, a path or a variable of {args.input}")
+        return X, None
+    if kind not in TWO_VIEW + SUPERVISED:
+        raise UsageError(f"{kind} takes no --y")
+    if kind in SUPERVISED and args.command in ("transform", "predict"):
+        raise UsageError(f"{args.command} with {kind} takes no --y")
+    second = "second view" if kind in TWO_VIEW else "target"
+    Y = open_second(args.input, args.y, args.y_var, f"--y ({second})", 2 if kind in TWO_VIEW else None,
+                    args.feature_dim if kind in TWO_VIEW else None)
+    return X, Y
+
+
+# -- fit -------------------------------------------------------------------------------------
+def cmd_fit(args) -> int:
+    """Fit an estimator on a data store and save it."""
+    cls = getattr(dsgd_dask, METHODS[args.method])
+    params = parse_set(args.set, cls().get_params())
+    params.setdefault("verbose", not args.quiet)
+    if args.checkpoint is not None:
+        params["checkpoint"] = args.checkpoint
+    out = Path(args.out)
+    if out.exists() and not args.overwrite:
+        raise FileExistsError(f"{out} exists; pass --overwrite to replace it")
+    X, Y = _inputs(args, cls.__name__)
+    model = cls(**params)
+    t0 = time.perf_counter()
+    with scheduler(args.scheduler, args.n_workers):
+        model.fit(X) if Y is None else model.fit(X, Y)
+    seconds = time.perf_counter() - t0
+    model.save(out, overwrite=args.overwrite)
+    _say(args, f"fitted {cls.__name__} on {args.input} ({_shape(X)}) in {seconds:.1f} s; saved to {out}")
+    return 0
+
+
+# -- transform / predict ---------------------------------------------------------------------
+def _provenance(args, model) -> dict:
+    return {"command": args.command, "estimator": type(model).__name__, "model": str(Path(args.model).resolve()),
+            "input": str(args.input), "var": args.var, "version": dsgd_dask.__version__}
+
+
+def _write(args, arrays: dict, model) -> int:
+    t0 = time.perf_counter()
+    with scheduler(args.scheduler, args.n_workers), _progress(args):
+        write_output(args.out, arrays, _provenance(args, model), overwrite=args.overwrite)
+    shapes = ", ".join(f"{name} {_shape(a)}" for name, a in arrays.items())
+    _say(args, f"wrote {shapes} to {args.out} in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+def cmd_transform(args) -> int:
+    """Project a data store with a saved model into a new Zarr store."""
+    model = _load(args)
+    kind = type(model).__name__
+    if kind in MACHINES:
+        raise UsageError(f"{kind} is a predictor: use `dsgd-dask predict`")
+    X, Y = _inputs(args, kind)
+    X = row_chunks(X, args.chunks)
+    if Y is not None:
+        U, V = model.transform(X, row_chunks(Y, args.chunks))
+        return _write(args, {"U": U, "V": V}, model)
+    return _write(args, {"U" if kind in TWO_VIEW else "components": model.transform(X)}, model)
+
+
+def cmd_predict(args) -> int:
+    """Predict with a saved kernel machine into a new Zarr store."""
+    model = _load(args)
+    kind = type(model).__name__
+    if kind not in MACHINES:
+        raise UsageError(f"{kind} does not predict: use `dsgd-dask transform`")
+    if args.proba and not hasattr(model, "predict_proba"):
+        raise UsageError(f"--proba needs a model with predict_proba (logistic); {kind} has none")
+    X, _ = _inputs(args, kind)
+    X = row_chunks(X, args.chunks)
+    out = {"proba": model.predict_proba(X)} if args.proba else {"prediction": model.predict(X)}
+    return _write(args, out, model)
+
+
+@contextlib.contextmanager
+def _progress(args):
+    """A tqdm bar over the tasks of a local dask computation (shown on a terminal, unless --quiet)."""
+    if args.quiet or args.scheduler not in ("threads", "synchronous", "processes"):
+        yield
+        return
+    from dask.callbacks import Callback
+    from tqdm.auto import tqdm
+
+    class TqdmCallback(Callback):
+        def _start_state(self, dsk, state):
+            self.bar = tqdm(total=sum(len(state[k]) for k in ("ready", "waiting", "running", "finished")),
+                            unit="task", desc="writing", leave=False, disable=None)
+
+        def _posttask(self, key, result, dsk, state, worker_id):
+            self.bar.update(1)
+
+        def _finish(self, dsk, state, errored):
+            self.bar.close()
+
+    with TqdmCallback():
+        yield
+
+
+# -- evaluate --------------------------------------------------------------------------------
+def _as_numpy(values) -> np.ndarray:
+    values = getattr(values, "data", values)
+    return np.asarray(values.compute() if hasattr(values, "compute") else values)
+
+
+def evaluate(model, X, Y=None) -> dict:
+    """The score of a fitted estimator on ``X`` (and ``Y``), with what it measures.
+
+    Parameters
+    ----------
+    model : fitted dsgd_dask estimator
+    X : data input
+    Y : data input, optional
+        The second view (CCA, SVD) or the target (SIR, kernel machines).
+
+    Returns
+    -------
+    dict
+        ``metric`` (what ``score`` is), ``score`` and per-component values where there are
+        several: CCA and SVD, ``score`` (the sum of the correlations of the paired
+        functions); classifiers, the accuracy; ridge, R²; PCA, which has no ``score``,
+        the variance of each component on ``X`` (the second moment for an uncentred
+        model: comparable to ``eigenvalues_``) and their sum; SIR, the share of each
+        direction's variance explained by the means of the slices of ``Y`` (comparable to
+        ``eigenvalues_``) and their sum.
+    """
+    from dsgd_dask.metrics import paired_correlations
+
+    kind = type(model).__name__
+    if kind in TWO_VIEW:
+        import dask
+
+        U, V = (np.asarray(a) for a in dask.compute(*(getattr(a, "data", a) for a in model.transform(X, Y))))
+        corr = paired_correlations(U, V)
+        return {"metric": "sum of the correlations of the paired functions", "score": float(corr.sum()),
+                "per_component": corr.tolist()}
+    if kind in MACHINES:
+        pred = _as_numpy(model.predict(X))
+        y = _as_numpy(Y).reshape(pred.shape)
+        if kind == "DSGDKernelRidge":
+            from sklearn.metrics import r2_score
+
+            return {"metric": "R² (coefficient of determination)", "score": float(r2_score(y, pred))}
+        return {"metric": "accuracy", "score": float(np.mean(pred == y))}
+    U = _as_numpy(model.transform(X))
+    if kind == "DSGDKernelSIR":
+        from dsgd_dask.rules.solutions import slice_sums
+
+        labels = model.slicer_.assign(_as_numpy(Y))
+        counts, sums = slice_sums(U, labels, model.slicer_.n_slices)
+        keep = counts > 0
+        means = sums[keep] / counts[keep, None]
+        between = (counts[keep, None] * (means - U.mean(axis=0)) ** 2).sum(axis=0) / len(U)
+        share = between / U.var(axis=0)
+        return {"metric": "share of each direction's variance explained by the slices of y (sum)",
+                "score": float(share.sum()), "per_component": share.tolist(),
+                "eigenvalues": np.asarray(model.eigenvalues_).tolist()}
+    if getattr(model, "center", True):
+        var, what = U.var(axis=0), "variance"
+    else:
+        var, what = (U**2).mean(axis=0), "second moment (uncentred model)"
+    return {"metric": f"{what} of the components on the data (sum; compare eigenvalues_)",
+            "score": float(var.sum()), "per_component": var.tolist(),
+            "eigenvalues": np.asarray(model.eigenvalues_).tolist()}
+
+
+def cmd_evaluate(args) -> int:
+    """Score a saved model on a data store."""
+    model = _load(args)
+    kind = type(model).__name__
+    X, Y = _inputs(args, kind)
+    with scheduler(args.scheduler, args.n_workers):
+        result = {"estimator": kind, "model": str(args.model), "input": str(args.input), **evaluate(model, X, Y)}
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"{kind} on {args.input}: {result['metric']} = {result['score']:.6g}")
+        if "per_component" in result:
+            print("per component:", " ".join(f"{v:.4g}" for v in result["per_component"]))
+        if "eigenvalues" in result:
+            print("eigenvalues_: ", " ".join(f"{v:.4g}" for v in result["eigenvalues"]))
+    return 0
+
+
+# -- info ------------------------------------------------------------------------------------
+#: Small arrays shown by ``info``.
+_SHOWN = ("eigenvalues", "correlations", "singular_values", "classes")
+
+
+def model_info(path, verify: bool = False) -> dict:
+    """What a model store holds, read from its attributes (and a few small arrays).
+
+    Parameters
+    ----------
+    path : str or Path
+        A store written by an estimator's ``save``.
+    verify : bool
+        Also load the model: checks every array against its SHA-256 digest and adds the
+        model's fingerprint.
+
+    Returns
+    -------
+    dict
+        ``estimator``, ``format_version``, ``parameters``, ``fitted`` (``n_features_in_``,
+        ``n_components``, ``n_features_``, ``n_iter_``, ``seed_``, ...), ``arrays``
+        (shape, dtype, digest of each), small fitted values and, with ``verify``,
+        ``fingerprint``.
+    """
+    import zarr
+
+    attrs, meta = read_model_attrs(path)
+    fitted = {k: v for k, v in attrs.get("fitted", {}).items() if k not in ("config", "resolved_params")}
+    arrays = meta.get("arrays", {})
+    coef = arrays.get("coef", arrays.get("coef_0"))
+    if coef is not None:
+        fitted["n_features_"], fitted["n_outputs"] = coef["shape"]
+    group = zarr.open_group(str(local_path(path, "MODEL")), mode="r")
+    values = {name: np.asarray(group[name][...]).tolist() for name in _SHOWN
+              if name in arrays and np.prod(arrays[name]["shape"]) <= 1000}
+    info = {"path": str(path), "estimator": attrs.get("estimator"), "format_version": meta.get("format_version"),
+            "parameters": attrs.get("params", {}),
+            "resolved_parameters": attrs.get("fitted", {}).get("resolved_params"),
+            "fitted": fitted, "features": attrs.get("features"), "values": values,
+            "arrays": {name: {"shape": a["shape"], "dtype": a["dtype"], "sha256": a["sha256"]}
+                       for name, a in arrays.items()}}
+    if verify:
+        from dsgd_dask.estimators._steps import model_fingerprint
+
+        model = dsgd_dask.load(path)
+        models = getattr(model, "models_", None) or (model.model_,)
+        info["fingerprint"] = [model_fingerprint(m) for m in models]
+        info["verified"] = True
+    return info
+
+
+def cmd_info(args) -> int:
+    """Describe a saved model."""
+    info = model_info(args.model, verify=args.verify)
+    if args.json:
+        print(json.dumps(info, indent=2, default=str))
+        return 0
+    fitted = info["fitted"]
+    lines = [f"model          {info['path']}",
+             f"estimator      {info['estimator']}  (model store format {info['format_version']})"]
+    inputs = f"n_features_in_={fitted.get('n_features_in_')}"
+    if fitted.get("n_features_in_y_") is not None:
+        inputs += f", n_features_in_y_={fitted['n_features_in_y_']}"
+    if fitted.get("feature_dim_"):
+        inputs += f", feature dim {fitted['feature_dim_']!r}"
+    lines.append(f"input          {inputs}")
+    lines.append(f"fitted         outputs={fitted.get('n_outputs')}, n_features_={fitted.get('n_features_')}, "
+                 f"n_iter_={fitted.get('n_iter_')}, n_passes_={fitted.get('n_passes_')}, seed_={fitted.get('seed_')}"
+                 + (f", bandwidth_={fitted['bandwidth_']:.6g}" if isinstance(fitted.get("bandwidth_"), float) else ""))
+    for name, vals in info["values"].items():
+        lines.append(f"{name + '_':<15}{' '.join(f'{v:.4g}' if isinstance(v, float) else str(v) for v in vals)}")
+    lines.append("parameters     " + ", ".join(f"{k}={v!r}" for k, v in sorted(info["parameters"].items())))
+    lines.append("arrays")
+    for name, a in info["arrays"].items():
+        lines.append(f"  {name:<22}{'×'.join(map(str, a['shape'])) or 'scalar':<14}{a['dtype']:<6}"
+                     f"sha256 {a['sha256'][:16]}")
+    if info.get("verified"):
+        lines.append("verified       every array matches its digest; fingerprint " + ", ".join(info["fingerprint"]))
+    print("\n".join(lines))
+    return 0

@@ -1,0 +1,346 @@
+"""The ``dsgd-dask`` command line: round trips through Zarr stores in new processes, and bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+
+import dsgd_dask
+from dsgd_dask.cli import _io, main
+from dsgd_dask.datasets import load_a9a, load_mnist
+
+PCA_SET = ["n_components=3", "n_features=256", "random_state=0"]
+CCA_SET = ["n_components=3", "n_features=256", "block_size=128", "batch_size=64", "max_iter=40", "random_state=0"]
+SVC_SET = ["alpha=1e-3", "n_features=256", "block_size=128", "batch_size=64", "max_iter=60", "random_state=0"]
+
+
+def cli(*args, ok: bool = True) -> subprocess.CompletedProcess:
+    """``python -m dsgd_dask ARGS`` in a new process."""
+    proc = subprocess.run([sys.executable, "-m", "dsgd_dask", *map(str, args)], capture_output=True, text=True,
+                          timeout=120)
+    if ok:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def sets(values) -> list[str]:
+    return [a for v in values for a in ("--set", v)]
+
+
+def leftovers(path: Path) -> list[Path]:
+    return sorted(path.parent.glob(f".{path.name}.*"))
+
+
+def params(values) -> dict:
+    from dsgd_dask.cli import parse_set
+
+    return parse_set(values, {v.split("=")[0]: None for v in values})
+
+
+@pytest.fixture(scope="module")
+def mnist():
+    X, y = load_mnist("train", sample=True)
+    return (X[:600] / 255.0).astype(np.float32), y[:600]
+
+
+def write_group(path: Path, chunks: int = 100, **arrays) -> Path:
+    group = zarr.open_group(str(path), mode="w")
+    for name, arr in arrays.items():
+        group.create_array(name, data=arr, chunks=(chunks, *arr.shape[1:]))
+    return path
+
+
+# -- round trips -------------------------------------------------------------------------------
+def test_pca_round_trip_xarray(tmp_path, mnist):
+    X, y = mnist
+    coords = {"sample": np.arange(1000, 1600), "pixel": np.arange(784)}
+    ds = xr.Dataset({"X": (("sample", "pixel"), X), "digit": ("sample", y)}, coords=coords)
+    ds.isel(sample=slice(0, 400)).chunk({"sample": 100}).to_zarr(tmp_path / "train.zarr", consolidated=False)
+    ds.isel(sample=slice(400, None)).chunk({"sample": 80}).to_zarr(tmp_path / "test.zarr", consolidated=False)
+    model_path, out = tmp_path / "kpca.zarr", tmp_path / "components.zarr"
+
+    cli("fit", "pca", tmp_path / "train.zarr", "--var", "X", *sets(PCA_SET), "--out", model_path, "--quiet")
+    info = json.loads(cli("info", model_path, "--json").stdout)
+    assert info["estimator"] == "DSGDKernelPCA"
+    assert info["fitted"]["n_features_in_"] == 784
+    assert info["fitted"]["n_outputs"] == 3
+    assert info["fitted"]["feature_dim_"] == "pixel"
+    assert info["parameters"]["n_components"] == 3
+    assert info["format_version"] == 2
+    assert len(info["values"]["eigenvalues"]) == 3
+    cli("transform", model_path, tmp_path / "test.zarr", "--var", "X", "--out", out)
+
+    model = dsgd_dask.load(model_path)
+    Xtest = xr.open_zarr(tmp_path / "test.zarr", consolidated=False)["X"]
+    written = xr.open_zarr(out, consolidated=False)["components"]
+    assert written.dims == ("sample", "component")
+    np.testing.assert_array_equal(written["sample"], np.arange(1400, 1600))  # coordinates kept
+    np.testing.assert_array_equal(written.values, model.transform(Xtest).values)
+    assert not leftovers(out)
+
+    with dask.config.set(scheduler="threads"):
+        ref = dsgd_dask.DSGDKernelPCA(**params(PCA_SET)).fit(
+            xr.open_zarr(tmp_path / "train.zarr", consolidated=False)["X"])
+    np.testing.assert_array_equal(model.model_.coef, ref.model_.coef)
+    np.testing.assert_array_equal(written.values, ref.transform(Xtest).values)
+
+
+def test_cca_round_trip_mnist_halves(tmp_path, mnist):
+    X, _ = mnist
+    img = X.reshape(-1, 28, 28)
+    left, right = img[:, :, :14].reshape(-1, 392), img[:, :, 14:].reshape(-1, 392)
+    write_group(tmp_path / "train.zarr", left=left[:400], right=right[:400])
+    write_group(tmp_path / "test.zarr", left=left[400:], right=right[400:], chunks=64)
+    model_path, out = tmp_path / "cca.zarr", tmp_path / "variates.zarr"
+
+    cli("fit", "cca", tmp_path / "train.zarr", "--var", "left", "--y", "right", *sets(CCA_SET), "--out", model_path)
+    info = cli("info", model_path).stdout
+    assert "DSGDKernelCCA" in info
+    assert "n_features_in_=392, n_features_in_y_=392" in info
+    cli("transform", model_path, tmp_path / "test.zarr", "--var", "left", "--y", "right", "--out", out)
+    evaluated = json.loads(cli("evaluate", model_path, tmp_path / "test.zarr", "--var", "left", "--y", "right",
+                               "--json").stdout)
+
+    model = dsgd_dask.load(model_path)
+    Xt = da.from_zarr(str(tmp_path / "test.zarr"), component="left")
+    Yt = da.from_zarr(str(tmp_path / "test.zarr"), component="right")
+    U, V = dask.compute(*model.transform(Xt, Yt))
+    group = zarr.open_group(str(out), mode="r")
+    np.testing.assert_array_equal(group["U"][...], U)
+    np.testing.assert_array_equal(group["V"][...], V)
+    assert group.attrs["dsgd_dask_output"]["estimator"] == "DSGDKernelCCA"
+    assert evaluated["score"] == pytest.approx(model.score(Xt, Yt), rel=1e-12)
+
+    with dask.config.set(scheduler="threads"):
+        ref = dsgd_dask.DSGDKernelCCA(**params(CCA_SET)).fit(
+            da.from_zarr(str(tmp_path / "train.zarr"), component="left"),
+            da.from_zarr(str(tmp_path / "train.zarr"), component="right"))
+    for a, b in zip(model.models_, ref.models_, strict=True):
+        np.testing.assert_array_equal(a.coef, b.coef)
+    np.testing.assert_array_equal(group["U"][...], ref.transform(Xt).compute())
+
+
+def test_classifier_round_trip_a9a(tmp_path):
+    X, y = load_a9a("train", sample=True)
+    Xt, yt = load_a9a("test", sample=True)
+    write_group(tmp_path / "train.zarr", X=X[:500], y=y[:500])
+    np.save(tmp_path / "test.npy", Xt[:300])
+    np.save(tmp_path / "labels.npy", yt[:300])
+    model_path, out = tmp_path / "svc.zarr", tmp_path / "labels.zarr"
+
+    cli("fit", "svc", tmp_path / "train.zarr", "--var", "X", "--y", "y", *sets(SVC_SET), "--out", model_path,
+        "--scheduler", "synchronous")
+    info = json.loads(cli("info", model_path, "--json", "--verify").stdout)
+    assert info["values"]["classes"] == [-1, 1]
+    assert info["verified"]
+    cli("predict", model_path, tmp_path / "test.npy", "--chunks", "128", "--out", out)
+    evaluated = json.loads(cli("evaluate", model_path, tmp_path / "test.npy", "--y", tmp_path / "labels.npy",
+                               "--json").stdout)
+
+    model = dsgd_dask.load(model_path)
+    written = zarr.open_group(str(out), mode="r")["prediction"]
+    assert written.chunks == (128,)
+    np.testing.assert_array_equal(written[...], model.predict(Xt[:300]))
+    assert evaluated["metric"] == "accuracy"
+    assert evaluated["score"] == model.score(Xt[:300], yt[:300]) > 0.75
+
+    ref = dsgd_dask.DSGDKernelSVC(**params(SVC_SET)).fit(
+        da.from_zarr(str(tmp_path / "train.zarr"), component="X"),
+        da.from_zarr(str(tmp_path / "train.zarr"), component="y"))
+    np.testing.assert_array_equal(model.model_.coef, ref.model_.coef)
+    np.testing.assert_array_equal(written[...], ref.predict(Xt[:300]))
+
+
+# -- bad input ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """A small fitted PCA model store and data stores around it."""
+    root = tmp_path_factory.mktemp("saved")
+    rng = np.random.default_rng(0)
+    write_group(root / "data.zarr", X=rng.normal(size=(300, 6)), W=rng.normal(size=(300, 4)))
+    dsgd_dask.DSGDKernelPCA(2, n_features=64, random_state=0).fit(rng.normal(size=(300, 6))).save(root / "model.zarr")
+    return root
+
+
+def run(argv, capsys) -> tuple[int, str]:
+    code = main([str(a) for a in argv])
+    return code, capsys.readouterr().err
+
+
+def assert_error(code: int, err: str, expected: int, *words: str) -> None:
+    assert code == expected
+    lines = err.strip().splitlines()
+    assert lines[-1].startswith("dsgd-dask: error: "), err
+    assert "Traceback" not in err
+    for word in words:
+        assert word in lines[-1], lines[-1]
+
+
+def test_corrupt_model(tmp_path, saved, capsys):
+    import shutil
+
+    model = shutil.copytree(saved / "model.zarr", tmp_path / "model.zarr")
+    chunk = max((p for p in (model / "coef").rglob("*") if p.is_file() and p.name != "zarr.json"),
+                key=lambda p: p.stat().st_size)
+    raw = bytearray(chunk.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    chunk.write_bytes(bytes(raw))
+    out = tmp_path / "out.zarr"
+    code, err = run(["transform", model, saved / "data.zarr", "--var", "X", "--out", out], capsys)
+    assert_error(code, err, 1, "corrupt", "coef")
+    assert not out.exists()
+    assert not leftovers(out)
+    code, err = run(["info", model, "--verify"], capsys)
+    assert_error(code, err, 1, "corrupt")
+    code, err = run(["info", model, "--verify", "--debug"], capsys)
+    assert code == 1
+    assert "Traceback" in err
+
+
+def test_foreign_store_in_a_new_process_is_one_line(tmp_path, saved):
+    out = tmp_path / "out.zarr"
+    proc = cli("predict", saved / "data.zarr", saved / "data.zarr", "--var", "X", "--out", out, ok=False)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().startswith("dsgd-dask: error: ")
+    assert "not a dsgd_dask model store" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in proc.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["transform", "{data}", "{data}", "--var", "X"], ("not a dsgd_dask model store", "data store")),
+    (["info", "{data}"], ("not a dsgd_dask model store",)),
+    (["transform", "{model}", "{data}", "--var", "W"], ("4 features", "expecting 6")),
+    (["transform", "{model}", "{data}", "--var", "nope"], ("no variable 'nope'", "['W', 'X']")),
+    (["transform", "{model}", "{data}"], ("2 2-D arrays", "--var")),
+    (["transform", "{model}", "{data}/missing.zarr"], ("no Zarr store",)),
+    (["transform", "{model}", "{model}"], ("model store, not a data store",)),
+])
+def test_bad_inputs(tmp_path, saved, capsys, argv, words):
+    out = tmp_path / "out.zarr"
+    argv = [a.format(data=saved / "data.zarr", model=saved / "model.zarr") for a in argv]
+    if argv[0] != "info":
+        argv += ["--out", out]
+    code, err = run(argv, capsys)
+    assert_error(code, err, 1, *words)
+    assert not out.exists()
+    assert not leftovers(out)
+
+
+def test_usage_errors(tmp_path, saved, capsys):
+    data, out = saved / "data.zarr", tmp_path / "m.zarr"
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "kmeans", str(data), "--out", str(out)])
+    assert exc.value.code == 2
+    assert "invalid choice: 'kmeans'" in capsys.readouterr().err
+    code, err = run(["fit", "pca", data, "--var", "X", "--set", "n_compnents=3", "--out", out], capsys)
+    assert_error(code, err, 2, "unknown parameter 'n_compnents'", "n_components", "kernel")
+    code, err = run(["fit", "svc", data, "--var", "X", "--out", out], capsys)
+    assert_error(code, err, 2, "needs --y")
+    code, err = run(["predict", saved / "model.zarr", data, "--var", "X", "--out", out], capsys)
+    assert_error(code, err, 2, "use `dsgd-dask transform`")
+    assert not out.exists()
+    code, err = run(["fit", "pca", data, "--var", "X", "--set", "n_components=0", "--out", out, "-q"], capsys)
+    assert_error(code, err, 1, "n_components")
+    assert not out.exists()
+
+
+def test_existing_output_is_kept(tmp_path, saved, capsys):
+    out = tmp_path / "out.zarr"
+    out.mkdir()
+    code, err = run(["transform", saved / "model.zarr", saved / "data.zarr", "--var", "X", "--out", out], capsys)
+    assert_error(code, err, 1, "exists", "--overwrite")
+    assert out.is_dir()
+    assert not any(out.iterdir())
+    argv = ["transform", saved / "model.zarr", saved / "data.zarr", "--var", "X", "--out", out, "--overwrite", "-q"]
+    assert run(argv, capsys)[0] == 0
+    assert zarr.open_group(str(out), mode="r")["components"].shape == (300, 2)
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, OSError])
+def test_interrupted_transform_leaves_nothing(tmp_path, saved, capsys, monkeypatch, exc):
+    write = _io._write_group
+    seen = {}
+
+    def interrupted(tmp, arrays, attrs):
+        first = dict(list(arrays.items())[:1])
+        write(tmp, first, attrs)  # the first array is complete on disk, then the write is interrupted
+        seen["tmp"] = tmp
+        assert any(tmp.iterdir())
+        raise exc("No space left on device")
+
+    monkeypatch.setattr(_io, "_write_group", interrupted)
+    out = tmp_path / "out.zarr"
+    code, err = run(["transform", saved / "model.zarr", saved / "data.zarr", "--var", "X", "--out", out], capsys)
+    assert code == (130 if exc is KeyboardInterrupt else 1)
+    assert ("interrupted" if exc is KeyboardInterrupt else "No space left") in err
+    assert not out.exists()
+    assert not seen["tmp"].exists()
+    assert not leftovers(out)
+
+
+@pytest.mark.parametrize("scheduler", ["threads", "synchronous"])
+def test_interrupt_inside_a_chunk_task(tmp_path, saved, capsys, monkeypatch, scheduler):
+    """A KeyboardInterrupt raised while dask computes the fifth chunk: nothing at the output path.
+
+    On threads, other chunks are being written when it arrives: they finish before the
+    temporary store is removed, so none of them writes into it afterwards.
+    """
+    import threading
+    import time
+
+    from dsgd_dask.cli import _commands
+
+    calls, lock = {"n": 0}, threading.Lock()
+    original = _commands.row_chunks
+
+    def interrupting(data, rows):
+        def block(b):
+            with lock:
+                calls["n"] += 1
+                n = calls["n"]
+            if n == 5:
+                raise KeyboardInterrupt
+            time.sleep(0.05)
+            return b
+        return original(data, 20).map_blocks(block, dtype=np.float64)
+
+    monkeypatch.setattr(_commands, "row_chunks", interrupting)
+    out = tmp_path / "out.zarr"
+    argv = ["transform", saved / "model.zarr", saved / "data.zarr", "--var", "X", "--out", out,
+            "--scheduler", scheduler, "--n-workers", "4"]
+    code, err = run(argv, capsys)
+    assert code == 130
+    assert "interrupted" in err
+    time.sleep(0.2)
+    assert 5 <= calls["n"] < 15
+    assert not out.exists()
+    assert not leftovers(out)
+
+
+def test_help_version_and_demo(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip() == f"dsgd-dask {dsgd_dask.__version__}"
+    for command in ("fit", "transform", "predict", "evaluate", "info", "demo"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        text = capsys.readouterr().out
+        assert "example" in text
+        assert "--debug" in text
+    assert main(["demo", "--out", str(tmp_path), "--quiet"]) == 0
+    summary = json.loads((tmp_path / "demo.json").read_text())
+    for fit in summary["fits"].values():
+        assert np.max(np.abs(fit["relative_error"])) < 0.05
+    assert dsgd_dask.load(tmp_path / "model.zarr").n_features_in_ == 1
