@@ -30,6 +30,7 @@ def _estimators():
     yield DSGDKernelSVD(n_components=2, **small)
     yield DSGDKernelSIR(n_components=1, n_slices=4, **small)
     yield DSGDKernelRidge(**{**small, "max_iter": 300})  # check_regressors_train asks for R^2 > 0.5
+    yield DSGDKernelRidge(solver="cg", **small)
     yield DSGDKernelSVC(**small)
     yield DSGDKernelLogisticRegression(**small)
 
