@@ -26,6 +26,7 @@ from dsgd_dask.datasets._files import CorruptFileError, content_digest
 from dsgd_dask.datasets._home import ENV_VAR, get_data_home, search_dirs
 from dsgd_dask.datasets._loaders import find_file, load_a9a, load_mnist, load_qm7, load_sarcos, load_usps
 from dsgd_dask.datasets._registry import REGISTRY
+from dsgd_dask.datasets.coulomb import coulomb_stream, sorted_coulomb
 
 #: Names of the datasets.
 DATASETS = tuple(REGISTRY)
@@ -36,6 +37,7 @@ __all__ = [
     "CorruptFileError",
     "content_digest",
     "coulomb_matrices",
+    "coulomb_stream",
     "fetch",
     "find_file",
     "get_data_home",
@@ -45,4 +47,5 @@ __all__ = [
     "load_sarcos",
     "load_usps",
     "search_dirs",
+    "sorted_coulomb",
 ]
