@@ -95,11 +95,14 @@ class PassCallback:
     def n(self) -> int:
         return int(self.bar.n)
 
-    def __call__(self, n_passes: int, change: float, estimated_error: float | None,
-                 rows: int | None = None) -> None:
+    def __call__(self, n_passes: int, change: float | None, estimated_error: float | None,
+                 rows: int | None = None, **shown: float) -> None:
         err = "-" if estimated_error is None else f"{estimated_error:.2e}"
         what = {} if rows is None else {"stage rows": f"{rows:,}"}
-        self.bar.set_postfix(what | {"change": f"{change:.2e}", "est. error": err}, refresh=False)
+        if change is not None:
+            what |= {"change": f"{change:.2e}", "est. error": err}
+        what |= {name.replace("_", " "): f"{value:.2e}" for name, value in shown.items()}
+        self.bar.set_postfix(what, refresh=False)
         if n_passes > self.bar.n:
             self.bar.update(n_passes - self.bar.n)
         else:

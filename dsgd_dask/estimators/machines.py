@@ -402,7 +402,7 @@ class DSGDKernelRidge(RegressorMixin, _KernelMachine):
                 res = cg.relative_residual(sums.cross)
                 self.convergence_.append({"pass": passes + 1, "relative_residual": res})
                 if progress is not None:
-                    progress(passes, res, None)
+                    progress(passes, None, None, relative_residual=res)
                 if callback is not None:
                     callback(passes, KernelExpansion(features, cg.x))
         del ref
