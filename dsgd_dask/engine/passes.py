@@ -94,10 +94,47 @@ def _spans(features, n_blocks: int) -> list[tuple[int, int]]:
     return [(b, min(b + bpp, n_blocks)) for b in range(0, n_blocks, bpp)]
 
 
-def _chunk_sums(block, features, n_blocks, raw_coef, shift, block_info=None):
+def _flat_slab_sums(X, features, n_blocks, raw_coef, shift) -> np.ndarray:
+    return slab_sums(X, features, n_blocks, raw_coef, shift).ravel()
+
+
+def _chunk_sums(block, slab_fn, *args, block_info=None):
     loc = block_info[0]["chunk-location"][0] if block_info else "?"
     check_finite_block(block, f"row chunk {loc}")
-    return slab_sums(block, features, n_blocks, raw_coef, shift)[None]
+    return slab_fn(block, *args)[None]
+
+
+def reduce_row_chunks(view: DataView, slab_fn, args: tuple, size: int, name: str, chunks=None) -> np.ndarray:
+    """The sum over the row chunks of ``view`` of ``slab_fn(rows, *args)``, a flat float64 array of ``size``.
+
+    A dask input gets one task per row chunk (named ``name-<token>``, its NaN/inf checked
+    when it is read) and a tree reduction, computed on the active scheduler; numpy input
+    is summed slab by slab of :data:`SLAB_ROWS` rows. ``chunks``, increasing indices into
+    :func:`row_chunks`, restricts the sum to those row chunks. ``args`` may hold
+    ``dask.delayed`` keys or ``distributed`` futures (the feature set, coefficients),
+    which then enter the graph once, not with every task.
+    """
+    X = view.data
+    if isinstance(X, da.Array):
+        if X.numblocks[1] != 1:
+            X = X.rechunk({1: -1})
+        if chunks is not None:
+            X = da.concatenate([X.blocks[int(i)] for i in chunks])
+        parts = da.map_blocks(
+            _chunk_sums, X, slab_fn, *args,
+            dtype=np.float64,
+            chunks=((1,) * X.numblocks[0], (size,)),
+            meta=np.empty((0, 0), dtype=np.float64),
+            name=f"{name}-{tokenize(X.name, name, args)}",
+        )
+        # unoptimised: the pass tasks keep their names on a dashboard
+        (total,) = dask.compute(parts.sum(axis=0, split_every=SPLIT_EVERY), optimize_graph=False)
+        return total
+    total = np.zeros(size)
+    for i in range(-(-X.shape[0] // SLAB_ROWS)) if chunks is None else chunks:
+        r0 = int(i) * SLAB_ROWS
+        total += slab_fn(X[r0:r0 + SLAB_ROWS], *args)
+    return total
 
 
 @dataclass
@@ -136,35 +173,17 @@ def full_pass(view: DataView, features, n_blocks: int, V: np.ndarray, shift: np.
     M = n_blocks * features.block_size
     raw_coef = features.fold(V).astype(features.dtype)
     shift = np.asarray(shift, dtype=features.dtype)
-    X = view.data
     p = V.shape[1]
-    if isinstance(X, da.Array):
-        if X.numblocks[1] != 1:
-            X = X.rechunk({1: -1})
-        if chunks is not None:
-            X = da.concatenate([X.blocks[int(i)] for i in chunks])
-        tok = tokenize(X.name, token, raw_coef, shift, n_blocks)
+    args = (features, n_blocks, raw_coef, shift)
+    if view.is_dask:
+        tok = tokenize(token, raw_coef, shift, n_blocks)
         # the feature set and the coefficients enter the graph once, not with every task
         fkey = features_ref if features_ref is not None else dask.delayed(
             features, name=f"dsgd-features-{tokenize(token)}", traverse=False)
-        ckey = dask.delayed(raw_coef, name=f"dsgd-coef-{tok}", traverse=False)
-        skey = dask.delayed(shift, name=f"dsgd-shift-{tok}", traverse=False)
-        name = f"dsgd-pass-{tok}"
-        parts = da.map_blocks(
-            _chunk_sums, X, fkey, n_blocks, ckey, skey,
-            dtype=np.float64,
-            chunks=((1,) * X.numblocks[0], (M + 1,), (p + 1,)),
-            new_axis=2,
-            meta=np.empty((0, 0, 0), dtype=np.float64),
-            name=name,
-        )
-        # unoptimised: the pass tasks keep their names (``dsgd-pass-*``) on a dashboard
-        (total,) = dask.compute(parts.sum(axis=0, split_every=SPLIT_EVERY), optimize_graph=False)
-    else:
-        total = np.zeros((M + 1, p + 1))
-        for i in range(-(-X.shape[0] // SLAB_ROWS)) if chunks is None else chunks:
-            r0 = int(i) * SLAB_ROWS
-            total += slab_sums(X[r0:r0 + SLAB_ROWS], features, n_blocks, raw_coef, shift)
+        args = (fkey, n_blocks, dask.delayed(raw_coef, name=f"dsgd-coef-{tok}", traverse=False),
+                dask.delayed(shift, name=f"dsgd-shift-{tok}", traverse=False))
+    total = reduce_row_chunks(view, _flat_slab_sums, args, (M + 1) * (p + 1), "dsgd-pass",
+                              chunks=chunks).reshape(M + 1, p + 1)
     n = total[M, p]
     cov_times = features.unfold(total[:M, :p]) / n
     delta = features.unfold(total[:M, p:])[:, 0] / n

@@ -15,13 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import dask
-import dask.array as da
 import numpy as np
 from dask.base import tokenize
 from scipy.linalg import cho_factor, cho_solve
 
-from dsgd_dask.engine.passes import SLAB_ROWS, SPLIT_EVERY, slice_rows
-from dsgd_dask.streams.inputs import DataView, check_finite_block
+from dsgd_dask._threads import one_blas_thread
+from dsgd_dask.engine.passes import reduce_row_chunks, slice_rows
+from dsgd_dask.streams.inputs import DataView
 
 
 @dataclass
@@ -35,16 +35,15 @@ class RidgeSums:
 
 def slab_ridge_sums(S: np.ndarray, features, n_blocks: int, x_cols: slice, y_cols: slice) -> np.ndarray:
     """Packed sums ``[sum z_b^T z_b (all blocks), sum z y^T, rows]`` of one slab of stacked rows."""
-    from dsgd_dask._threads import one_blas_thread
-
     m = features.block_size
     M = n_blocks * m
     c = y_cols.stop - y_cols.start
     blocks = np.zeros((n_blocks, m, m))
     cross = np.zeros((M, c))
+    step = slice_rows(M)
     with one_blas_thread():
-        for r0 in range(0, S.shape[0], slice_rows(M)):
-            part = S[r0:r0 + slice_rows(M)]
+        for r0 in range(0, S.shape[0], step):
+            part = S[r0:r0 + step]
             Z = features.transform(part[:, x_cols], 0, n_blocks)
             for b in range(n_blocks):
                 zb = Z[:, b * m:(b + 1) * m]
@@ -54,36 +53,18 @@ def slab_ridge_sums(S: np.ndarray, features, n_blocks: int, x_cols: slice, y_col
     return np.concatenate([blocks.ravel(), cross.ravel(), [S.shape[0]]])
 
 
-def _chunk_ridge_sums(block, features, n_blocks, x_cols, y_cols, block_info=None):
-    loc = block_info[0]["chunk-location"][0] if block_info else "?"
-    check_finite_block(block, f"row chunk {loc}")
-    return slab_ridge_sums(block, features, n_blocks, x_cols, y_cols)[None]
-
-
 def ridge_pass(view: DataView, features, n_blocks: int, x_cols: slice, y_cols: slice, token: str = "",
                features_ref=None) -> RidgeSums:
     """One pass over the stacked rows of ``view`` (inputs in ``x_cols``, targets in ``y_cols``)."""
     m = features.block_size
     M = n_blocks * m
     c = y_cols.stop - y_cols.start
-    size = n_blocks * m * m + M * c + 1
-    X = view.data
-    if isinstance(X, da.Array):
-        if X.numblocks[1] != 1:
-            X = X.rechunk({1: -1})
+    fkey = features
+    if view.is_dask:
         fkey = features_ref if features_ref is not None else dask.delayed(
             features, name=f"dsgd-features-{tokenize(token)}", traverse=False)
-        parts = da.map_blocks(
-            _chunk_ridge_sums, X, fkey, n_blocks, x_cols, y_cols,
-            dtype=np.float64, chunks=((1,) * X.numblocks[0], (size,)),
-            meta=np.empty((0, 0), dtype=np.float64),
-            name=f"dsgd-ridge-pass-{tokenize(X.name, token, n_blocks, x_cols, y_cols)}",
-        )
-        (total,) = dask.compute(parts.sum(axis=0, split_every=SPLIT_EVERY), optimize_graph=False)
-    else:
-        total = np.zeros(size)
-        for r0 in range(0, X.shape[0], SLAB_ROWS):
-            total += slab_ridge_sums(X[r0:r0 + SLAB_ROWS], features, n_blocks, x_cols, y_cols)
+    total = reduce_row_chunks(view, slab_ridge_sums, (fkey, n_blocks, x_cols, y_cols), n_blocks * m * m + M * c + 1,
+                              "dsgd-ridge-pass")
     n = total[-1]
     blocks = total[:n_blocks * m * m].reshape(n_blocks, m, m) / n
     cross = total[n_blocks * m * m:-1].reshape(M, c) / n

@@ -9,7 +9,7 @@ class labels are encoded as codes before, so any label type works.
 from __future__ import annotations
 
 import warnings
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import partial
 
@@ -44,16 +44,6 @@ CG_MAX_PASSES = 100
 N_SHIFT = 2000
 #: ``eta_decay="auto"`` without a regulariser (no strong convexity): the schedule of the component rules.
 AUTO_DECAY_UNREGULARISED = 0.01
-
-
-@contextmanager
-def _max_iter(est, value):
-    saved = est.max_iter
-    est.max_iter = value
-    try:
-        yield
-    finally:
-        est.max_iter = saved
 
 
 @dataclass(frozen=True)
@@ -341,11 +331,9 @@ class DSGDKernelRidge(RegressorMixin, _KernelMachine):
     def _check_params(self, n_samples: int) -> dict:
         solver = check_choice(self.solver, "solver", ("sgd", "cg"))
         tol = check_float(self.tol, "tol", strict=False)
+        p = super()._check_params(n_samples)
         if solver == "cg" and self.max_iter == "auto":
-            with _max_iter(self, CG_MAX_PASSES):
-                p = super()._check_params(n_samples)
-        else:
-            p = super()._check_params(n_samples)
+            p["max_iter"] = CG_MAX_PASSES
         return {**p, "solver": solver, "tol": tol}
 
     def fit(self, X, y, *, callback=None):
