@@ -11,6 +11,7 @@ import dask.array as da
 import numpy as np
 
 from dsgd_dask.model.store import _META, StoreError, atomic_directory, local_path
+from dsgd_dask.streams.inputs import open_zarr_node
 
 #: Rows per chunk when a ``.npy`` file is read as a dask array.
 NPY_CHUNK_ROWS = 8192
@@ -26,17 +27,10 @@ def _dimension_names(arr) -> tuple | None:
     return tuple(names) if names and all(n is not None for n in names) else None
 
 
-def _open_node(path: str):
-    import zarr
-
+def _open_node(path: str, what: str):
     if not os.path.exists(path) and "://" not in path:
         raise FileNotFoundError(f"no Zarr store or .npy file at {path}")
-    try:
-        return zarr.open(path, mode="r")
-    except FileNotFoundError:
-        raise
-    except Exception as err:
-        raise ValueError(f"{path} is not a readable Zarr store ({type(err).__name__}: {err})") from err
+    return open_zarr_node(path, what)
 
 
 def open_input(path, var: str | None = None, *, what: str = "INPUT", ndim: int | None = 2,
@@ -82,7 +76,7 @@ def open_input(path, var: str | None = None, *, what: str = "INPUT", ndim: int |
         if not os.path.exists(path):
             raise FileNotFoundError(f"no .npy file at {path}")
         return np.load(path, mmap_mode="r", allow_pickle=False)
-    node = _open_node(path)
+    node = _open_node(path, what)
     if isinstance(node, zarr.Array):
         if var is not None:
             raise ValueError(f"{what} {path} is a Zarr array, not a group: it has no variable {var!r}")
@@ -234,7 +228,7 @@ def read_model_attrs(path) -> tuple[dict, dict]:
     """
     import zarr
 
-    node = _open_node(str(local_path(path, "MODEL")))
+    node = _open_node(str(local_path(path, "MODEL")), "MODEL")
     if not isinstance(node, zarr.Group):
         raise StoreError(f"{path} is a Zarr array, not a dsgd_dask model store (is it a data store?)")
     attrs = dict(node.attrs)

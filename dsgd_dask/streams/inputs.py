@@ -86,16 +86,23 @@ def is_lazy_input(X) -> bool:
     return isinstance(X, da.Array) or _is_zarr_array(X)
 
 
-def open_zarr_path(path, what: str = "X"):
-    """The Zarr array at ``path`` (a local path or URL), with a clear error for anything else."""
+def open_zarr_node(path, what: str = "X"):
+    """The Zarr array or group at ``path`` (a local path or URL), read-only; a clear error if it is not one."""
     import zarr
 
     try:
-        node = zarr.open(str(path), mode="r")
+        return zarr.open(str(path), mode="r")
     except FileNotFoundError:
         raise
     except Exception as err:
         raise ValueError(f"{what}={str(path)!r} is not a readable Zarr store ({type(err).__name__}: {err})") from err
+
+
+def open_zarr_path(path, what: str = "X"):
+    """The Zarr array at ``path`` (a local path or URL), with a clear error for anything else."""
+    import zarr
+
+    node = open_zarr_node(path, what)
     if isinstance(node, zarr.Group):
         arrays = sorted(name for name, _ in node.arrays())
         raise ValueError(
