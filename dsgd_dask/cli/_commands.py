@@ -273,14 +273,11 @@ def evaluate(model, X, Y=None) -> dict:
         return {"metric": "accuracy", "score": float(np.mean(pred == y))}
     U = _as_numpy(model.transform(X))
     if kind == "DSGDKernelSIR":
-        from dsgd_dask.rules.solutions import slice_sums
+        from dsgd_dask.rules.solutions import between_slice_factor, slice_sums
 
         labels = model.slicer_.assign(_as_numpy(Y))
-        counts, sums = slice_sums(U, labels, model.slicer_.n_slices)
-        keep = counts > 0
-        means = sums[keep] / counts[keep, None]
-        between = (counts[keep, None] * (means - U.mean(axis=0)) ** 2).sum(axis=0) / len(U)
-        share = between / U.var(axis=0)
+        G = between_slice_factor(*slice_sums(U, labels, model.slicer_.n_slices))
+        share = (G**2).sum(axis=0) / U.var(axis=0)  # the diagonal of the between-slice covariance
         return {"metric": "share of each direction's variance explained by the slices of y (sum)",
                 "score": float(share.sum()), "per_component": share.tolist(),
                 "eigenvalues": np.asarray(model.eigenvalues_).tolist()}
