@@ -125,12 +125,8 @@ def as_rows(obj, sample_dim: Hashable, like: xr.DataArray | None = None, what: s
 
 
 def _bare(out, name: Hashable):
-    """An output DataArray named ``name``, without attributes (input attributes do not describe it)."""
-    if not isinstance(out, xr.DataArray):
-        return out
-    out = out.copy(deep=False).rename(name)
-    out.attrs = {}
-    return out
+    """An output DataArray named ``name`` (the estimators' outputs carry no input attributes)."""
+    return out.rename(name) if isinstance(out, xr.DataArray) else out
 
 
 def _method(model, method: str):
