@@ -27,6 +27,7 @@ from dsgd_dask.datasets._home import ENV_VAR, get_data_home, search_dirs
 from dsgd_dask.datasets._loaders import find_file, load_a9a, load_mnist, load_qm7, load_sarcos, load_usps
 from dsgd_dask.datasets._registry import REGISTRY
 from dsgd_dask.datasets.coulomb import coulomb_stream, sorted_coulomb
+from dsgd_dask.datasets.digits import deform_digits, digit_stream
 
 #: Names of the datasets.
 DATASETS = tuple(REGISTRY)
@@ -38,6 +39,8 @@ __all__ = [
     "content_digest",
     "coulomb_matrices",
     "coulomb_stream",
+    "deform_digits",
+    "digit_stream",
     "fetch",
     "find_file",
     "get_data_home",

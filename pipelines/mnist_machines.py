@@ -1,0 +1,246 @@
+"""Kernel machines on MNIST, 10 classes: DSGD against Nyström and random Fourier features, and exact SVC.
+
+The standard split: 60,000 training digits, 10,000 test digits, pixels / 255. Every
+method gets the Gaussian kernel with one bandwidth and one regulariser ``nu``, chosen
+once by exact kernel ridge regression on one-hot codes fitted on 8000 seeded training
+digits and scored on 2000 others (a grid of multiples of the median distance and of
+``nu``): test digits play no part in any choice.
+
+Methods, one after the other in this process:
+
+* ``DSGDKernelRidge(solver="cg")`` on the ``{-1, +1}`` one-hot codes of the classes,
+  predicting the class of the largest output (the squared loss of EigenPro and FALKON),
+  ``M`` Nyström features in blocks of 1024 whitened per block, on the 60,000 digits; and,
+  with ``--augment R``, on an out-of-core Zarr store of ``R x 60,000`` rows: the digits and
+  ``R - 1`` randomly deformed copies of each (shifts, small rotations, elastic fields:
+  :func:`dsgd_dask.datasets.digit_stream`), the setting where a method whose memory does
+  not grow with the rows can use more of them. Test error after every pass, against the
+  fit's wall time (the test evaluations not counted).
+* ``DSGDKernelSVC`` by doubly stochastic steps (``--svc-steps``).
+* scikit-learn ``Nystroem(m)`` and ``RBFSampler(m)``, each followed by ``RidgeClassifier``
+  with the same ``nu`` (``alpha = nu n``: the same objective) and, for ``m = 1024``, by
+  ``LinearSVC`` (primal, squared hinge, ``C = 1 / (nu n)``; its solver takes minutes per
+  class at larger ``m``); ``m`` up to 16,384, whose 60,000 x m feature matrix (3.9 GB in
+  float32) is the largest this 24 GiB machine holds with the solver's copies.
+* scikit-learn ``SVC`` (exact Gaussian kernel, ``C = 10``) on as many training digits
+  as ``--svc-rows``.
+
+Outputs in ``--out`` (default ``pipelines/results/mnist_machines``):
+``mnist_machines.json``, ``mnist_machines.md`` and ``mnist_machines.png`` (test error
+against wall time). Needs ``mnist.npz`` in the data home; about an hour on two cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+SEED = 0
+SCALES = (0.35, 0.5, 0.7, 1.0)
+NUS = (1e-8, 1e-7, 1e-6)
+
+
+def one_hot(y: np.ndarray, classes: int = 10) -> np.ndarray:
+    Y = -np.ones((len(y), classes), dtype=np.float32)
+    Y[np.arange(len(y)), y] = 1.0
+    return Y
+
+
+def choose(X: np.ndarray, y: np.ndarray):
+    """Bandwidth and ``nu`` by exact kernel ridge on 8000 training digits, scored on 2000 others."""
+    from scipy.linalg import cho_factor, cho_solve
+    from sklearn.metrics.pairwise import euclidean_distances
+
+    from dsgd_dask.features.bandwidth import median_bandwidth
+
+    perm = np.random.default_rng(SEED).permutation(len(X))
+    fit, valid = perm[:8000], perm[8000:10000]
+    median = median_bandwidth(X[perm[:2000]])
+    D2 = euclidean_distances(X[fit], squared=True)
+    D2v = euclidean_distances(X[valid], X[fit], squared=True)
+    Y = one_hot(y[fit]).astype(np.float64)
+    trials = []
+    for scale in SCALES:
+        s = scale * median
+        K, Kv = np.exp(-D2 / (2 * s * s)), np.exp(-D2v / (2 * s * s))
+        for nu in NUS:
+            coef = cho_solve(cho_factor(K + nu * len(fit) * np.eye(len(fit))), Y)
+            err = float(((Kv @ coef).argmax(axis=1) != y[valid]).mean())
+            trials.append({"scale": scale, "nu": nu, "valid_error": err})
+    best = min(trials, key=lambda t: (t["valid_error"], -t["nu"]))
+    return best["scale"] * median, best["nu"], median, trials
+
+
+def augmented_store(images: np.ndarray, labels: np.ndarray, copies: int, path: Path) -> Path:
+    """``copies x 60,000`` rows (the digits, then deformed copies) in a uint8 Zarr group (made once)."""
+    import dask.array as da
+    import zarr
+
+    from dsgd_dask.datasets import digit_stream
+
+    n_rows = copies * len(images)
+    if (path / "zarr.json").exists() and zarr.open_group(str(path), mode="r").attrs.get("rows") == n_rows:
+        return path
+    X, y = digit_stream(images, labels, n_rows=n_rows, chunk_rows=8192, random_state=SEED)
+    tmp = path.with_name(path.name + ".tmp")
+    group = zarr.open_group(str(tmp), mode="w")
+    da.to_zarr(X, group.create_array("X", shape=X.shape, chunks=(8192, 784), dtype=np.uint8))
+    da.to_zarr(y.astype(np.uint8), group.create_array("y", shape=y.shape, chunks=(8192,), dtype=np.uint8))
+    group.attrs["rows"] = n_rows
+    if path.exists():
+        import shutil
+
+        shutil.rmtree(path)
+    tmp.rename(path)
+    return path
+
+
+def run(out: Path, data_home=None, n_features: int = 16384, max_passes: int = 20, augment: int = 0,
+        svc_steps: int = 2000, svc_rows: int = 20000, peer_sizes=(1024, 4096, 16384), verbose: bool = True) -> dict:
+    import dask.array as da
+    from sklearn.kernel_approximation import Nystroem, RBFSampler
+    from sklearn.linear_model import RidgeClassifier
+    from sklearn.svm import SVC, LinearSVC
+
+    from dsgd_dask import DSGDKernelRidge, DSGDKernelSVC
+    from dsgd_dask.datasets import load_mnist
+
+    out.mkdir(parents=True, exist_ok=True)
+    images, y = load_mnist("train", data_home=data_home)
+    Xt_raw, yt = load_mnist("test", data_home=data_home)
+    X = images.astype(np.float32) / 255
+    Xt = Xt_raw.astype(np.float32) / 255
+    n = len(X)
+
+    def say(msg):
+        if verbose:
+            print(msg, flush=True)
+
+    bandwidth, nu, median, trials = choose(X, y)
+    gamma = 1.0 / (2 * bandwidth**2)
+    say(f"bandwidth {bandwidth:.3f} ({bandwidth / median:.2f} x median {median:.3f}), nu {nu:g}")
+    records, curves = [], []
+
+    def record(method, rows, features, error, fit, note=""):
+        records.append({"method": method, "rows": rows, "features": features, "test_error": float(error),
+                        "fit_seconds": float(fit), "note": note})
+        say(f"{method:>42}: rows {rows:>7}, features {features:>6}, test error {error:.4f}, fit {fit:7.1f} s")
+
+    def dsgd_ridge(name, Xfit, Yfit, rows):
+        curve = {"method": name, "seconds": [], "test_error": [], "passes": []}
+        clock = {"start": time.perf_counter(), "paused": 0.0}
+
+        def callback(passes, model):
+            t = time.perf_counter()
+            curve["seconds"].append(t - clock["start"] - clock["paused"])
+            curve["test_error"].append(float((model.evaluate(Xt).argmax(axis=1) != yt).mean()))
+            curve["passes"].append(passes + 1)
+            clock["paused"] += time.perf_counter() - t
+            say(f"  {name}: pass {passes + 1}, {curve['seconds'][-1]:.0f} s, test error {curve['test_error'][-1]:.4f}")
+
+        est = DSGDKernelRidge(alpha=nu, solver="cg", n_features=n_features, max_iter=max_passes, tol=1e-8,
+                              bandwidth=bandwidth, random_state=SEED)
+        est.fit(Xfit, Yfit, callback=callback)
+        fit = time.perf_counter() - clock["start"] - clock["paused"]
+        curves.append(curve)
+        error = float((np.asarray(est.predict(Xt)).argmax(axis=1) != yt).mean())
+        record(name, rows, est.n_features_, error, fit, f"{est.n_passes_} passes")
+        return est
+
+    dsgd_ridge("DSGDKernelRidge (cg, one-hot)", X, one_hot(y), n)
+    if augment > 1:
+        import zarr
+
+        store = augmented_store(images.reshape(-1, 28, 28), y, augment,
+                                out / "stores" / f"mnist_deformed_{augment}.zarr")
+        group = zarr.open_group(str(store), mode="r")
+        Xa = da.from_zarr(group["X"]).astype(np.float32) / 255
+        codes = da.from_zarr(group["y"])
+        ya = codes.map_blocks(one_hot, new_axis=1, chunks=(codes.chunks[0], (10,)), dtype=np.float32)
+        dsgd_ridge(f"DSGDKernelRidge (cg, one-hot), {augment}x deformed", Xa, ya, augment * n)
+
+    if svc_steps:
+        t0 = time.perf_counter()
+        svc = DSGDKernelSVC(alpha=nu, n_features=n_features, max_iter=svc_steps, bandwidth=bandwidth,
+                            random_state=SEED).fit(X, y)
+        fit = time.perf_counter() - t0
+        record("DSGDKernelSVC (steps)", n, svc.n_features_, 1 - svc.score(Xt, yt), fit, f"{svc_steps} steps")
+
+    for m in peer_sizes:
+        for name, make in (("Nystroem", lambda m=m: Nystroem(gamma=gamma, n_components=m, random_state=SEED)),
+                           ("RBFSampler", lambda m=m: RBFSampler(gamma=gamma, n_components=m, random_state=SEED))):
+            t0 = time.perf_counter()
+            mapper = make().fit(X)
+            Z = mapper.transform(X).astype(np.float32)
+            t_map = time.perf_counter() - t0
+            Zt = mapper.transform(Xt).astype(np.float32)
+            t0 = time.perf_counter()
+            clf = RidgeClassifier(alpha=nu * n).fit(Z, y)
+            record(f"{name}({m}) + RidgeClassifier", n, m, 1 - clf.score(Zt, yt), t_map + time.perf_counter() - t0)
+            if m <= 1024:
+                t0 = time.perf_counter()
+                clf = LinearSVC(C=1.0 / (nu * n), dual=False, random_state=SEED).fit(Z, y)
+                record(f"{name}({m}) + LinearSVC", n, m, 1 - clf.score(Zt, yt), t_map + time.perf_counter() - t0)
+            del Z, Zt, mapper, clf
+
+    rows = np.random.default_rng(SEED).permutation(n)[:svc_rows]
+    t0 = time.perf_counter()
+    svc = SVC(C=10.0, gamma=gamma).fit(X[rows], y[rows])
+    record("SVC (exact), C=10", svc_rows, 0, 1 - svc.score(Xt, yt), time.perf_counter() - t0,
+           f"{len(svc.support_)} support vectors")
+
+    summary = {"date": time.strftime("%Y-%m-%d"), "bandwidth": bandwidth, "median": median, "nu": nu,
+               "validation": trials, "results": records, "curves": curves}
+    (out / "mnist_machines.json").write_text(json.dumps(summary, indent=2))
+    lines = ["| method | training rows | features | test error | fit (s) | note |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r['method']} | {r['rows']:,} | {r['features'] or '-'} | {100 * r['test_error']:.2f}% | "
+              f"{r['fit_seconds']:.0f} | {r['note']} |" for r in records]
+    (out / "mnist_machines.md").write_text("\n".join(lines) + "\n")
+    plot(summary, out / "mnist_machines.png")
+    return summary
+
+
+def plot(summary: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for curve in summary["curves"]:
+        ax.plot(curve["seconds"], 100 * np.array(curve["test_error"]), marker=".", label=curve["method"])
+    for r in summary["results"]:
+        if not r["method"].startswith("DSGDKernelRidge"):
+            ax.scatter(r["fit_seconds"], 100 * r["test_error"], label=r["method"], marker="x")
+    ax.set_xscale("log")
+    ax.set_xlabel("fit wall time (s)")
+    ax.set_ylabel("test error (%)")
+    ax.set_ylim(0.8, 5)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "mnist_machines")
+    parser.add_argument("--data-home", default=None, help="directory holding mnist.npz (default: the data home)")
+    parser.add_argument("--n-features", type=int, default=16384)
+    parser.add_argument("--max-passes", type=int, default=20, help="conjugate-gradient passes after the first")
+    parser.add_argument("--augment", type=int, default=0, help="R: also fit on R x 60,000 rows (digits + deformed)")
+    parser.add_argument("--svc-steps", type=int, default=2000, help="DSGDKernelSVC steps (0: skip)")
+    parser.add_argument("--svc-rows", type=int, default=20000, help="training rows of the exact SVC")
+    parser.add_argument("--peer-sizes", type=int, nargs="+", default=[1024, 4096, 16384])
+    args = parser.parse_args(argv)
+    run(args.out, data_home=args.data_home, n_features=args.n_features, max_passes=args.max_passes,
+        augment=args.augment, svc_steps=args.svc_steps, svc_rows=args.svc_rows, peer_sizes=tuple(args.peer_sizes))
+
+
+if __name__ == "__main__":
+    main()
