@@ -2,9 +2,9 @@
 
 The standard split: 60,000 training digits, 10,000 test digits, pixels / 255. Every
 method gets the Gaussian kernel with one bandwidth and one regulariser ``nu``, chosen
-once by exact kernel ridge regression on one-hot codes fitted on 8000 seeded training
-digits and scored on 2000 others (a grid of multiples of the median distance and of
-``nu``): test digits play no part in any choice.
+once by kernel ridge regression on one-hot codes with 4096 Nyström features, fitted on a
+seeded 90 % of the training digits and scored on the other 10 % (a grid of multiples of
+the median distance and of ``nu``): test digits play no part in any choice.
 
 Methods, one after the other in this process:
 
@@ -41,7 +41,7 @@ import numpy as np
 
 SEED = 0
 SCALES = (0.35, 0.5, 0.7, 1.0)
-NUS = (1e-8, 1e-7, 1e-6)
+NUS = (1e-9, 1e-8, 1e-7, 1e-6)
 
 
 def one_hot(y: np.ndarray, classes: int = 10) -> np.ndarray:
@@ -50,26 +50,28 @@ def one_hot(y: np.ndarray, classes: int = 10) -> np.ndarray:
     return Y
 
 
-def choose(X: np.ndarray, y: np.ndarray):
-    """Bandwidth and ``nu`` by exact kernel ridge on 8000 training digits, scored on 2000 others."""
+def choose(X: np.ndarray, y: np.ndarray, m: int = 4096):
+    """Bandwidth and ``nu``: kernel ridge on ``m`` Nyström features of 90 % of the training digits, scored on 10 %."""
     from scipy.linalg import cho_factor, cho_solve
-    from sklearn.metrics.pairwise import euclidean_distances
+    from sklearn.kernel_approximation import Nystroem
 
     from dsgd_dask.features.bandwidth import median_bandwidth
 
     perm = np.random.default_rng(SEED).permutation(len(X))
-    fit, valid = perm[:8000], perm[8000:10000]
+    cut = int(0.9 * len(X))
+    fit, valid = perm[:cut], perm[cut:]
     median = median_bandwidth(X[perm[:2000]])
-    D2 = euclidean_distances(X[fit], squared=True)
-    D2v = euclidean_distances(X[valid], X[fit], squared=True)
     Y = one_hot(y[fit]).astype(np.float64)
     trials = []
     for scale in SCALES:
         s = scale * median
-        K, Kv = np.exp(-D2 / (2 * s * s)), np.exp(-D2v / (2 * s * s))
+        mapper = Nystroem(gamma=1.0 / (2 * s * s), n_components=m, random_state=SEED).fit(X[fit])
+        Z = mapper.transform(X[fit]).astype(np.float32)
+        G, b = (Z.T @ Z).astype(np.float64), Z.T.astype(np.float64) @ Y
+        Zv = mapper.transform(X[valid])
         for nu in NUS:
-            coef = cho_solve(cho_factor(K + nu * len(fit) * np.eye(len(fit))), Y)
-            err = float(((Kv @ coef).argmax(axis=1) != y[valid]).mean())
+            coef = cho_solve(cho_factor(G + nu * len(fit) * np.eye(m)), b)
+            err = float(((Zv @ coef).argmax(axis=1) != y[valid]).mean())
             trials.append({"scale": scale, "nu": nu, "valid_error": err})
     best = min(trials, key=lambda t: (t["valid_error"], -t["nu"]))
     return best["scale"] * median, best["nu"], median, trials
