@@ -48,7 +48,8 @@ def slab_ridge_sums(S: np.ndarray, features, n_blocks: int, x_cols: slice, y_col
             for b in range(n_blocks):
                 zb = Z[:, b * m:(b + 1) * m]
                 blocks[b] += zb.T @ zb
-            cross += Z.T.astype(np.float64) @ np.asarray(part[:, y_cols], dtype=np.float64)
+            # einsum's own loop (no BLAS): the same sum in any process, whatever its BLAS threads
+            cross += np.einsum("ij,ik->jk", Z, np.asarray(part[:, y_cols], dtype=np.float64), optimize=False)
     return np.concatenate([blocks.ravel(), cross.ravel(), [S.shape[0]]])
 
 
