@@ -41,24 +41,41 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def build(path: Path, n_rows: int = 8_100_000, seed: int = 0, scheduler: str = "threads", workers: int = 2,
-          data_home=None, digest: bool = True) -> dict:
-    import dask
+def write_digit_store(path: Path, images: np.ndarray, labels: np.ndarray, n_rows: int, seed: int) -> None:
+    """``n_rows`` rows of :func:`~dsgd_dask.datasets.digit_stream` and their labels into a uint8 Zarr group.
+
+    Written under a temporary name beside ``path`` by the current Dask scheduler, one
+    store chunk per stream chunk, and renamed to ``path`` (replacing it) when complete.
+    """
     import dask.array as da
     import zarr
 
-    from dsgd_dask.datasets import digit_stream, load_mnist
+    from dsgd_dask.datasets import digit_stream
 
-    images, labels = load_mnist("train", data_home=data_home)
-    X, y = digit_stream(images.reshape(-1, 28, 28), labels, n_rows=n_rows, chunk_rows=CHUNK_ROWS, random_state=seed)
+    X, y = digit_stream(images, labels, n_rows=n_rows, chunk_rows=CHUNK_ROWS, random_state=seed)
     tmp = path.with_name(f".{path.name}.tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
     group = zarr.open_group(str(tmp), mode="w")
-    xs = group.create_array("X", shape=X.shape, chunks=(CHUNK_ROWS, 784), dtype=np.uint8)
-    ys = group.create_array("y", shape=y.shape, chunks=(CHUNK_ROWS,), dtype=np.uint8)
+    targets = [group.create_array("X", shape=X.shape, chunks=(CHUNK_ROWS, X.shape[1]), dtype=np.uint8),
+               group.create_array("y", shape=y.shape, chunks=(CHUNK_ROWS,), dtype=np.uint8)]
     group.attrs.update({"rows": n_rows, "seed": seed, "source": "MNIST training digits, deformed "
                         "(dsgd_dask.datasets.digit_stream defaults)"})
+    da.store([X, y.astype(np.uint8)], targets, lock=False)  # chunk-aligned: no lock, no rechunk
+    if path.exists():
+        shutil.rmtree(path)
+    tmp.rename(path)
+
+
+def build(path: Path, n_rows: int = 8_100_000, seed: int = 0, scheduler: str = "threads", workers: int = 2,
+          data_home=None, digest: bool = True) -> dict:
+    import dask
+    import zarr
+
+    from dsgd_dask.datasets import load_mnist
+
+    images, labels = load_mnist("train", data_home=data_home)
+    images = images.reshape(-1, 28, 28)
     t0 = time.perf_counter()
     worker_rss = None
     if scheduler == "distributed":
@@ -66,15 +83,12 @@ def build(path: Path, n_rows: int = 8_100_000, seed: int = 0, scheduler: str = "
 
         with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as c, \
                 Client(c) as client:
-            da.store([X, y.astype(np.uint8)], [xs, ys], lock=False)
+            write_digit_store(path, images, labels, n_rows, seed)
             worker_rss = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     else:
         with dask.config.set(scheduler=scheduler, num_workers=workers):
-            da.store([X, y.astype(np.uint8)], [xs, ys], lock=False)
+            write_digit_store(path, images, labels, n_rows, seed)
     seconds = time.perf_counter() - t0
-    if path.exists():
-        shutil.rmtree(path)
-    tmp.rename(path)
     report = {"path": str(path), "rows": n_rows, "seed": seed, "scheduler": scheduler, "workers": workers,
               "seconds": seconds, "peak_rss_mib": _peak_rss_mib(),
               "worker_peak_rss_mib": list(worker_rss.values()) if worker_rss else None}

@@ -80,26 +80,15 @@ def choose(X: np.ndarray, y: np.ndarray, m: int = 4096):
 
 def augmented_store(images: np.ndarray, labels: np.ndarray, copies: int, path: Path) -> Path:
     """``copies x 60,000`` rows (the digits, then deformed copies) in a uint8 Zarr group (made once)."""
-    import dask.array as da
     import zarr
-
-    from dsgd_dask.datasets import digit_stream
+    from mnist8m_store import write_digit_store
 
     n_rows = copies * len(images)
-    if (path / "zarr.json").exists() and zarr.open_group(str(path), mode="r").attrs.get("rows") == n_rows:
-        return path
-    X, y = digit_stream(images, labels, n_rows=n_rows, chunk_rows=8192, random_state=SEED)
-    tmp = path.with_name(path.name + ".tmp")
-    group = zarr.open_group(str(tmp), mode="w")
-    targets = [group.create_array("X", shape=X.shape, chunks=(8192, 784), dtype=np.uint8),
-               group.create_array("y", shape=y.shape, chunks=(8192,), dtype=np.uint8)]
-    da.store([X, y.astype(np.uint8)], targets, lock=False)  # chunk-aligned: no lock, no rechunk
-    group.attrs["rows"] = n_rows
-    if path.exists():
-        import shutil
-
-        shutil.rmtree(path)
-    tmp.rename(path)
+    if (path / "zarr.json").exists():
+        attrs = zarr.open_group(str(path), mode="r").attrs
+        if attrs.get("rows") == n_rows and attrs.get("seed") == SEED:
+            return path
+    write_digit_store(path, images, labels, n_rows, SEED)
     return path
 
 
