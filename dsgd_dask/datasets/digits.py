@@ -86,7 +86,6 @@ def deform_digits(images, random_state=None, *, max_shift: int = 2, max_rotation
     n, side = imgs.shape[0], imgs.shape[1]
     shifts = rng.integers(-max_shift, max_shift + 1, size=(n, 2)).astype(np.float64)
     angles = np.deg2rad(rng.uniform(-max_rotation, max_rotation, size=n))
-    field = rng.uniform(-1.0, 1.0, size=(2, n, side, side))
     centre = (side - 1) / 2.0
     grid = np.arange(side, dtype=np.float64) - centre
     rows, cols = grid[None, :, None], grid[None, None, :]
@@ -94,7 +93,8 @@ def deform_digits(images, random_state=None, *, max_shift: int = 2, max_rotation
     # the output pixel (r, c) reads the source at the inverse rotation of (r, c) minus the shift
     src_r = cos * rows - sin * cols + centre - shifts[:, 0, None, None]
     src_c = sin * rows + cos * cols + centre - shifts[:, 1, None, None]
-    if elastic_alpha > 0:
+    if elastic_alpha > 0:  # drawn last: the shifts and angles are the same with the field on or off
+        field = rng.uniform(-1.0, 1.0, size=(2, n, side, side))
         smooth = ndimage.gaussian_filter(field, sigma=(0, 0, elastic_sigma, elastic_sigma), mode="constant")
         src_r = src_r + elastic_alpha * smooth[0]
         src_c = src_c + elastic_alpha * smooth[1]
