@@ -1,0 +1,158 @@
+"""svm-mnist8m: 10-class kernel machines on the MNIST8M store, against Nyström / random features on subsamples.
+
+DSGD fits read the whole out-of-core store (8.1M deformed digits, 25 GB as float32) chunk
+by chunk; the peers need their ``n x m`` feature matrix in memory, so they get the
+largest uniform subsample of the store their budget holds. Test error on the 10,000
+MNIST test digits. One Gaussian bandwidth and one regulariser ``nu`` for every method,
+chosen on the training digits alone (:func:`pipelines.mnist_machines.choose`: kernel ridge
+on 90 % of them, scored on the other 10 %).
+
+* ``DSGDKernelRidge(solver="cg")`` on ``{-1, +1}`` one-hot codes (squared loss, as
+  EigenPro and FALKON), full-data passes until the wall-time budget is spent: test error
+  after every pass;
+* ``DSGDKernelSVC`` (hinge loss, doubly stochastic steps) within the same budget;
+* scikit-learn ``Nystroem(m)`` / ``RBFSampler(m)`` followed by ``RidgeClassifier`` (the same
+  objective, ``alpha = nu n``) and by ``SGDClassifier`` (hinge), on subsamples.
+
+Each fit's peak resident memory is recorded (sampled while it runs).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from benchmarks.comparisons._digits import SEED, Budget, OutOfBudget, digit_store, store_arrays, subsample, test_digits
+from benchmarks.runner import Comparison, PeakMemory, Report, register
+
+FULL = {"rows": None, "dsgd_features": 8192, "dsgd_seconds": 3600.0, "svc_steps": 40_000,
+        "peers": [(4096, 60_000), (4096, 240_000), (16384, 60_000)], "choose_features": 4096}
+QUICK = {"rows": None, "dsgd_features": 512, "dsgd_seconds": 60.0, "svc_steps": 60,
+         "peers": [(256, 4096)], "choose_features": 256}
+
+
+def one_hot_lazy(codes):
+    from pipelines.mnist_machines import one_hot
+
+    return codes.map_blocks(one_hot, new_axis=1, chunks=(codes.chunks[0], (10,)), dtype=np.float32)
+
+
+def measure(ctx) -> Report:
+    from sklearn.kernel_approximation import Nystroem, RBFSampler
+    from sklearn.linear_model import RidgeClassifier, SGDClassifier
+
+    from dsgd_dask import DSGDKernelRidge, DSGDKernelSVC
+    from pipelines.mnist_machines import choose
+
+    cfg = QUICK if ctx.quick else FULL
+    X, y = store_arrays(digit_store(ctx), cfg["rows"])
+    n = X.shape[0]
+    Xt, yt = test_digits(ctx)
+    Xc, yc = subsample(X, y, min(n, 60_000))
+    bandwidth, nu, median, _ = choose(Xc, yc, cfg["choose_features"])
+    del Xc, yc
+    gamma = 1.0 / (2 * bandwidth**2)
+    ctx.log(f"{n:,} rows; bandwidth {bandwidth:.3g} ({bandwidth / median:.2f} x median), nu {nu:g}")
+    rows, curves = [], {}
+
+    def error_of(model):
+        return {"test_error": float((model.evaluate(Xt).argmax(axis=1) != yt).mean())}
+
+    # DSGD on every row of the store
+    budget = Budget(cfg["dsgd_seconds"], error_of)
+    est = DSGDKernelRidge(alpha=nu, solver="cg", n_features=cfg["dsgd_features"], max_iter=100, tol=1e-8,
+                          bandwidth=bandwidth, random_state=SEED)
+    with PeakMemory() as mem:
+        try:
+            est.fit(X, one_hot_lazy(y), callback=budget)
+            stop = f"converged (tol) after {est.n_passes_} passes"
+        except OutOfBudget:
+            stop = f"wall-time budget ({cfg['dsgd_seconds']:.0f} s) spent after {budget.curve[-1]['n'] + 1} passes"
+    last = budget.curve[-1] if budget.curve else {"test_error": None}
+    rows.append({"method": "DSGDKernelRidge (cg, one-hot)", "rows": n, "features": cfg["dsgd_features"],
+                 "test_error": last["test_error"], "seconds": budget.seconds, "peak_rss_gib": mem.peak / 2**30,
+                 "stopped": stop})
+    curves["DSGDKernelRidge (cg, one-hot)"] = budget.curve
+
+    def svc_error(model):
+        return {"test_error": float((model.evaluate(Xt).argmax(axis=1) != yt).mean())}
+
+    budget = Budget(cfg["dsgd_seconds"], svc_error)
+    svc = DSGDKernelSVC(alpha=nu, n_features=cfg["dsgd_features"], max_iter=cfg["svc_steps"], bandwidth=bandwidth,
+                        random_state=SEED)
+    with PeakMemory() as mem:
+        try:
+            svc.fit(X, y, callback=budget)
+            stop = f"{cfg['svc_steps']:,} steps of 256 rows"
+            err = 1.0 - svc.score(Xt, yt)
+        except OutOfBudget:
+            stop = f"wall-time budget spent after {budget.curve[-1]['n']:,} steps"
+            err = budget.curve[-1]["test_error"]
+    rows.append({"method": "DSGDKernelSVC (steps)", "rows": n, "features": cfg["dsgd_features"], "test_error": err,
+                 "seconds": budget.seconds, "peak_rss_gib": mem.peak / 2**30, "stopped": stop})
+    curves["DSGDKernelSVC (steps)"] = budget.curve
+
+    for m, n_sub in cfg["peers"]:
+        n_sub = min(n_sub, n)
+        Xs, ys = subsample(X, y, n_sub)
+        for name, make in (("Nystroem", lambda m=m: Nystroem(gamma=gamma, n_components=m, random_state=SEED)),
+                           ("RBFSampler", lambda m=m: RBFSampler(gamma=gamma, n_components=m, random_state=SEED))):
+            for head, clf in (("RidgeClassifier", lambda n_sub=n_sub: RidgeClassifier(alpha=nu * n_sub)),
+                              ("SGDClassifier (hinge)", lambda: SGDClassifier(alpha=nu, random_state=SEED, tol=1e-4))):
+                with PeakMemory() as mem:
+                    t0 = time.perf_counter()
+                    mapper = make().fit(Xs)
+                    Z = mapper.transform(Xs).astype(np.float32)
+                    model = clf().fit(Z, ys)
+                    seconds = time.perf_counter() - t0
+                err = 1.0 - model.score(mapper.transform(Xt).astype(np.float32), yt)
+                del Z, mapper, model
+                label = f"{name}({m}) + {head}"
+                rows.append({"method": label, "rows": n_sub, "features": m, "test_error": err, "seconds": seconds,
+                             "peak_rss_gib": mem.peak / 2**30,
+                             "stopped": "the n x m features in memory: the subsample is the budget"})
+                ctx.log(f"{label}: {n_sub:,} rows, test error {err:.4f}, {seconds:.0f} s")
+        del Xs, ys
+
+    dsgd_best = min(r["test_error"] for r in rows if r["method"].startswith("DSGD"))
+    peer_best = min(rows[2:], key=lambda r: r["test_error"])
+    notes = [f"Best DSGD test error {100 * dsgd_best:.2f}%, best peer {peer_best['method']} on "
+             f"{peer_best['rows']:,} rows {100 * peer_best['test_error']:.2f}%: "
+             f"{'DSGD ahead' if dsgd_best < peer_best['test_error'] else 'the peer is ahead'}.",
+             f"Bandwidth {bandwidth:.3g} and nu {nu:g} for every method, chosen on training digits only."]
+
+    def figure(path):
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(7.5, 4.6))
+        for name, curve in curves.items():
+            if curve:
+                ax.plot([c["seconds"] for c in curve], [100 * c["test_error"] for c in curve], marker=".", label=name)
+        for r in rows[2:]:
+            ax.scatter(r["seconds"], 100 * r["test_error"], marker="x", label=f"{r['method']}, {r['rows']:,} rows")
+        ax.set_xscale("log")
+        ax.set_xlabel("fit wall time (s)")
+        ax.set_ylabel("test error (%)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+        ax.set_title(f"MNIST8M-like store ({n:,} rows), 10 classes")
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+
+    for r in rows:
+        r["test_error_pct"] = None if r["test_error"] is None else 100 * r["test_error"]
+    return Report(
+        columns={"method": "method", "rows": "training rows", "features": "features",
+                 "test_error_pct": "test error (%)", "seconds": "fit (s)", "peak_rss_gib": "fit peak RSS (GiB)",
+                 "stopped": "why it stopped there"},
+        rows=rows, notes=notes, figure=figure, curves=curves,
+        params={**cfg, "n": n, "bandwidth": bandwidth, "nu": nu})
+
+
+register(Comparison(
+    name="svm-mnist8m", title="Kernel machines on 8.1M deformed digits, 10 classes",
+    data="MNIST8M-like Zarr store (8.1M deformed training digits, uint8), MNIST test digits",
+    methods=("DSGDKernelRidge cg", "DSGDKernelSVC", "Nystroem + Ridge/SGD", "RBFSampler + Ridge/SGD"),
+    budgets="DSGD: the whole store, 1 hour each; peers: subsamples of 60k-240k rows, m = 4096-16384",
+    measure=measure))

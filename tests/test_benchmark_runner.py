@@ -1,0 +1,105 @@
+"""The benchmark runner's plumbing: every comparison's ``--quick`` run on the packaged data subsets.
+
+Correctness of what the runner writes (JSON, markdown table, figure) and of the quantities
+in it (each in its valid range, every declared method measured); no timing is asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import benchmarks.comparisons  # noqa: E402, F401
+from benchmarks.__main__ import main as cli  # noqa: E402
+from benchmarks.runner import COMPARISONS, run  # noqa: E402
+
+#: The metric column of each comparison and its valid range.
+METRICS = {
+    "kha-usps": ("subspace_last", 0.0, math.inf),
+    "qm7-kpca": ("r2", 0.0, 1.0),
+    "kpca-scale": ("sin2", 0.0, 1.0),
+    "svm-mnist8m": ("test_error", 0.0, 1.0),
+    "kcca-mnist8m": ("correlation_sum", 0.0, None),
+}
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    return tmp_path_factory.mktemp("stores")
+
+
+def test_every_comparison_is_covered():
+    assert set(COMPARISONS) == set(METRICS)
+
+
+@pytest.mark.parametrize("name", sorted(METRICS))
+def test_quick_run_writes_consistent_results(name, tmp_path, stores):
+    lines = []
+    paths = run(name, quick=True, wait=False, out=tmp_path, stores=stores, log=lines.append)
+    assert set(paths) == {"json", "md", "png"}
+    assert all(p.exists() and p.stat().st_size > 0 for p in paths.values())
+    assert paths["json"].name == f"{name}_quick.json"
+    assert not list(tmp_path.glob(".*.tmp*"))  # written in place, no temporary left behind
+
+    payload = json.loads(paths["json"].read_text())
+    assert payload["comparison"] == name
+    assert payload["quick"] is True
+    assert payload["machine"]["cpu_count"] >= 1
+    assert payload["machine"]["versions"]["dsgd_dask"]
+    assert payload["command"] == f"python -m benchmarks run {name} --quick"
+    rows = payload["rows"]
+    assert rows
+    column, lo, hi = METRICS[name]
+    k = payload["params"].get("k")
+    measured = [r for r in rows if not r.get("skipped")]
+    assert measured
+    for r in measured:
+        value = r[column]
+        upper = hi if hi is not None else k
+        assert lo <= value <= upper, (r["method"], value)
+    # every method family declared by the comparison appears in the table
+    families = {r["method"].split("(")[0].split(" ")[0] for r in rows}
+    declared = {m.split("(")[0].split(" ")[0] for m in COMPARISONS[name].methods}
+    assert declared <= families
+
+    table = paths["md"].read_text()
+    assert COMPARISONS[name].title in table
+    assert "--quick" in table
+    header = "| " + " | ".join(payload["columns"].values()) + " |"
+    assert header in table
+    assert table.count("\n| ") == len(rows) + 1  # header and one line per row
+    assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_peak_memory_sees_an_allocation():
+    import numpy as np
+
+    from benchmarks.runner import PeakMemory
+
+    with PeakMemory(interval=0.005) as mem:
+        a = np.ones(64 * 2**20 // 8)  # 64 MiB, touched
+        a.sum()
+        del a
+    assert mem.peak - mem.start >= 48 * 2**20
+
+
+def test_cli_lists_and_rejects_unknown_names(capsys):
+    cli(["list"])
+    out = capsys.readouterr().out
+    assert all(name in out for name in COMPARISONS)
+    with pytest.raises(SystemExit):
+        cli(["run", "no-such-comparison", "--quick"])
+    assert "unknown comparison" in capsys.readouterr().err
+
+
+def test_unknown_comparison_raises(tmp_path):
+    with pytest.raises(ValueError, match="unknown comparison"):
+        run("no-such-comparison", quick=True, out=tmp_path)
