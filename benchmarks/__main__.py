@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ast
 from pathlib import Path
 
 
@@ -21,6 +22,9 @@ def main(argv=None) -> None:
     p.add_argument("--out", type=Path, default=None, help="output folder (default benchmarks/results)")
     p.add_argument("--stores", type=Path, default=None, help="folder of generated Zarr stores (default OUT/stores)")
     p.add_argument("--data-home", default=None, help="folder of the full datasets (default: the data home)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="options",
+                   help="override one of the comparison's parameters (a Python literal, e.g. rows=(1048576,)); "
+                        "the results go to NAME_custom.*")
     args = parser.parse_args(argv)
     if args.command == "list":
         for c in sorted(COMPARISONS.values(), key=lambda c: c.name):
@@ -31,9 +35,18 @@ def main(argv=None) -> None:
     unknown = [n for n in names if n not in COMPARISONS]
     if unknown:
         parser.error(f"unknown comparison(s) {', '.join(unknown)}; known: {', '.join(sorted(COMPARISONS))}")
+    options = {}
+    for item in args.options:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            parser.error(f"--set takes KEY=VALUE, got {item!r}")
+        try:
+            options[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            options[key] = value  # a plain string
     for name in names:
         run(name, quick=args.quick, wait=not args.no_wait, out=args.out, data_home=args.data_home,
-            stores=args.stores)
+            stores=args.stores, options=options)
 
 
 if __name__ == "__main__":

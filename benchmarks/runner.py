@@ -59,6 +59,16 @@ class Context:
     out: Path = RESULTS_DIR
     stores: Path | None = None
     log: Callable[[str], None] = print
+    options: dict = field(default_factory=dict)
+
+    def config(self, full: dict, quick: dict) -> dict:
+        """The comparison's parameters: ``quick`` or ``full``, with ``--set KEY=VALUE`` overrides."""
+        base = quick if self.quick else full
+        unknown = sorted(set(self.options) - set(base))
+        if unknown:
+            raise ValueError(f"unknown option(s) {', '.join(unknown)}; this comparison takes "
+                             f"{', '.join(sorted(base)) or 'none'}")
+        return {**base, **self.options}
 
     @property
     def store_dir(self) -> Path:
@@ -66,11 +76,12 @@ class Context:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def timed(self, fn):
+    def timed(self, fn, attempts: int = 2):
         """``(result, seconds, foreign_cores)`` of ``fn()``, re-run when other processes disturbed it.
 
-        Quick runs and ``--no-wait`` run it once without waiting (the foreign load is
-        still recorded).
+        Waits for an idle machine first and runs up to ``attempts`` times, keeping the
+        least disturbed; quick runs and ``--no-wait`` run it once without waiting (the
+        foreign load, the cores other processes used meanwhile, is still recorded).
         """
         box = {}
 
@@ -79,7 +90,7 @@ class Context:
             box["result"] = fn()
             return time.perf_counter() - t0
 
-        attempts = 1 if self.quick else 2
+        attempts = 1 if self.quick or not self.wait else attempts
         seconds, info = run_clean(call, wait=self.wait and not self.quick, attempts=attempts, timeout=600.0)
         return box["result"], seconds, info["foreign_cores"]
 
@@ -190,8 +201,13 @@ def markdown(comparison: Comparison, report: Report, info: dict, command: str, s
 
 
 def run(name: str, *, quick: bool = False, wait: bool = True, out: Path | None = None, data_home=None,
-        stores: Path | None = None, log: Callable[[str], None] = print) -> dict[str, Path]:
-    """Run comparison ``name``; returns the paths of the JSON, markdown and figure written."""
+        stores: Path | None = None, options: dict | None = None, log: Callable[[str], None] = print
+        ) -> dict[str, Path]:
+    """Run comparison ``name``; returns the paths of the JSON, markdown and figure written.
+
+    ``options`` override the comparison's parameters (``--set KEY=VALUE``); such a run
+    writes ``<name>_custom.*`` (``<name>_quick_custom.*``), never over a run of the defaults.
+    """
     import benchmarks.comparisons  # noqa: F401  (registers the comparisons)
 
     if name not in COMPARISONS:
@@ -205,15 +221,17 @@ def run(name: str, *, quick: bool = False, wait: bool = True, out: Path | None =
     if wait and not quick:
         waited = wait_for_idle(max_cores=0.25, timeout=900.0)
         log(f"waited {waited['waited']:.0f} s for an idle machine")
-    ctx = Context(quick=quick, wait=wait, data_home=data_home, out=out, stores=stores, log=log)
+    options = dict(options or {})
+    ctx = Context(quick=quick, wait=wait, data_home=data_home, out=out, stores=stores, log=log, options=options)
     t0 = time.perf_counter()
     report = comparison.measure(ctx)
     seconds = time.perf_counter() - t0
-    stem = f"{name}_quick" if quick else name
-    command = f"python -m benchmarks run {name}" + (" --quick" if quick else "")
+    stem = (f"{name}_quick" if quick else name) + ("_custom" if options else "")
+    command = f"python -m benchmarks run {name}" + (" --quick" if quick else "") + "".join(
+        f" --set {k}={v!r}" for k, v in options.items())
     payload = {"comparison": name, "title": comparison.title, "data": comparison.data,
                "methods": list(comparison.methods), "budgets": comparison.budgets, "quick": quick,
-               "command": command, "seconds": seconds, "machine": info, "params": report.params,
+               "command": command, "options": options, "seconds": seconds, "machine": info, "params": report.params,
                "columns": report.columns, "rows": report.rows, "notes": report.notes, "curves": report.curves}
     paths = {"json": out / f"{stem}.json", "md": out / f"{stem}.md", "png": out / f"{stem}.png"}
     _write_atomic(paths["json"], json.dumps(_jsonable(payload), indent=2) + "\n")

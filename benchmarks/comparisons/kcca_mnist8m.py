@@ -34,7 +34,7 @@ def measure(ctx) -> Report:
     from dsgd_dask.baselines import NystroemCCA, RandomFeatureCCA
     from dsgd_dask.metrics import paired_correlations
 
-    cfg = QUICK if ctx.quick else FULL
+    cfg = ctx.config(FULL, QUICK)
     k = cfg["k"]
     X, y = store_arrays(digit_store(ctx))
     n = X.shape[0]

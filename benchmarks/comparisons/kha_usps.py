@@ -31,7 +31,8 @@ from benchmarks.runner import Comparison, Report, register
 SIGMA = 8.0
 R = 16
 GAINS = {"KHA": "constant", "KHA/t": "1/t", "KHA/et": "et", "KHA-SMD": "smd"}
-ETA_GRID = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+FULL = {"per_digit": 100, "passes": 50, "eta_grid": (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)}
+QUICK = {"per_digit": 20, "passes": 3, "eta_grid": (0.2, 1.0)}
 
 
 def paper_subset(X: np.ndarray, y: np.ndarray, per_digit: int) -> np.ndarray:
@@ -78,10 +79,9 @@ def _final(curve):
 
 
 def measure(ctx) -> Report:
+    cfg = ctx.config(FULL, QUICK)
     X, y = load("usps", "train", ctx)
-    per_digit = 20 if ctx.quick else 100
-    passes = 3 if ctx.quick else 50
-    grid = (0.2, 1.0) if ctx.quick else ETA_GRID
+    per_digit, passes, grid = cfg["per_digit"], cfg["passes"], cfg["eta_grid"]
     mid = min(10, passes)
     X = paper_subset(X, y, per_digit)
     K = centred_kernel(X)

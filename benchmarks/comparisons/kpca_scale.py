@@ -26,7 +26,7 @@ from benchmarks.runner import Comparison, PeakMemory, Report, register
 
 D = 784
 FULL = {"rows": (1_048_576, 8_100_000), "k": 50, "nystroem": (1024, 2048, 4096, 8192, 16384),
-        "rff": (2048, 4096, 8192, 16384), "dsgd": ("auto", 8192, 16384), "reference_features": 8192,
+        "rff": (2048, 4096, 8192, 16384), "dsgd": ("auto", 8192, 16384), "reference_features": 4096,
         "reference_seeds": (101, 102), "max_seconds": 3600.0, "max_matrix_gib": 8.0, "target_sin2": 0.05}
 QUICK = {"rows": (8192, 16384), "k": 5, "nystroem": (128, 256), "rff": (256,), "dsgd": ("auto",),
          "reference_features": 512, "reference_seeds": (101, 102), "max_seconds": 60.0, "max_matrix_gib": 1.0,
@@ -86,7 +86,7 @@ def reference(cfg: dict, X, Xt, k: int, ctx) -> tuple[np.ndarray, dict]:
 def measure(ctx) -> Report:
     from dsgd_dask.metrics import principal_angle_sin2
 
-    cfg = QUICK if ctx.quick else FULL
+    cfg = ctx.config(FULL, QUICK)
     k = cfg["k"]
     store = digit_store(ctx)
     Xt, _ = test_digits(ctx)
@@ -110,13 +110,10 @@ def measure(ctx) -> Report:
                 rows.append(row)
                 ctx.log(f"  skip {method} {label}: {row['skipped']}")
                 continue
-            est = make()
             with PeakMemory() as mem:
-                t0 = time.perf_counter()
-                est.fit(X)
-                seconds = time.perf_counter() - t0
+                est, seconds, foreign = ctx.timed(lambda make=make, X=X: make().fit(X), attempts=1)
             row.update({"seconds": seconds, "sin2": principal_angle_sin2(np.asarray(est.transform(Xt)), ref),
-                        "peak_rss_gib": mem.peak / 2**30})
+                        "peak_rss_gib": mem.peak / 2**30, "foreign_cores": foreign})
             rows.append(row)
             case["runs"].append(row)
             ctx.log(f"  {method} {label}: {seconds:.1f} s, sin^2 {row['sin2']:.2e}")
@@ -164,7 +161,8 @@ def measure(ctx) -> Report:
 
     return Report(
         columns={"n": "rows", "method": "method", "label": "budget", "sin2": "sin^2 to reference",
-                 "seconds": "fit (s)", "peak_rss_gib": "fit peak RSS (GiB)", "skipped": "not run because"},
+                 "seconds": "fit (s)", "peak_rss_gib": "fit peak RSS (GiB)",
+                 "foreign_cores": "cores used by other work", "skipped": "not run because"},
         rows=rows, notes=notes, figure=figure, curves={"cases": [{"n": c["n"], "reference": c["reference"]}
                                                                 for c in cases]},
         params={**cfg, "gemm_rate": rate})

@@ -42,6 +42,7 @@ def measure(ctx) -> Report:
     from dsgd_dask.features.bandwidth import median_bandwidth
     from dsgd_dask.metrics import principal_angle_sin2
 
+    ctx.config({}, {})  # no parameters to set
     X, energy = load("qm7", "all", ctx)
     X = sorted_coulomb(X, dtype="float64")
     energy = np.asarray(energy, dtype=np.float64)

@@ -45,7 +45,7 @@ def measure(ctx) -> Report:
     from dsgd_dask import DSGDKernelRidge, DSGDKernelSVC
     from pipelines.mnist_machines import choose
 
-    cfg = QUICK if ctx.quick else FULL
+    cfg = ctx.config(FULL, QUICK)
     X, y = store_arrays(digit_store(ctx), cfg["rows"])
     n = X.shape[0]
     Xt, yt = test_digits(ctx)
