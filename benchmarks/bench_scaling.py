@@ -86,20 +86,20 @@ def local_costs(model, data: np.ndarray, p: Params, repeats: int = 5) -> dict:
     from threadpoolctl import threadpool_limits
 
     from dsgd_dask.engine.parallel import apply_sums, part_sums
-    from dsgd_dask.engine.steps import KPCAConfig
-    from dsgd_dask.rules.statistics import StepSums
+    from dsgd_dask.engine.steps import StepConfig
+    from dsgd_dask.rules.kpca import pca_rule
 
-    coef, features = model.model_.coef, model.model_.features
+    coef, features = (model.model_.coef,), (model.model_.features,)
+    rule = pca_rule(ordered=False, center=True, guard_limit=np.inf)
     rows = np.arange(p.batch_size // p.n_partitions)
     with threadpool_limits(1):  # one core, as on a worker
-        t_part = _median_time(lambda: part_sums(coef, data, rows, 0, features), repeats)
-        sums = part_sums(coef, data, rows, 0, features)
-    total = StepSums.empty(p.block_size, p.n_components)
-    for _ in range(p.n_partitions):
+        t_part = _median_time(lambda: part_sums(coef, data, rows, 0, features, rule), repeats)
+        sums = part_sums(coef, data, rows, 0, features, rule)
+    total = sums
+    for _ in range(p.n_partitions - 1):
         total = total + sums
-    cfg = KPCAConfig(n_blocks=coef.shape[0] // p.block_size, batch_size=p.batch_size, eta_decay=0.01,
-                     center=True, ordered=False, guard_limit=np.inf)
-    t_update = _median_time(lambda: apply_sums(coef, total, 10_000, 1e-3, features, cfg), repeats)
+    cfg = StepConfig(n_blocks=coef[0].shape[0] // p.block_size, batch_size=p.batch_size, eta_decay=0.01)
+    t_update = _median_time(lambda: apply_sums(coef, total, 10_000, 1e-3, features, rule, cfg), repeats)
     return {"t_part": t_part, "t_update": t_update}
 
 
