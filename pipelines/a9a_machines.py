@@ -10,7 +10,8 @@ training rows and scored on the test rows, one after the other in this process.
 
 Outputs in ``--out`` (default ``pipelines/results/a9a_machines``): ``a9a_machines.json``
 and ``a9a_machines.md`` (test accuracy and fit time per method). About ten minutes on
-two cores. Needs ``a9a.npz`` in the data home.
+two cores. Needs ``a9a.npz`` in the data home. ``run(..., sample=True)`` with small budgets
+is ``python -m benchmarks run a9a-machines --quick`` (the subsets shipped with the package).
 """
 
 from __future__ import annotations
@@ -32,7 +33,16 @@ def timed(fit):
     return model, time.perf_counter() - t0
 
 
-def run(out: Path, data_home=None, verbose: bool = True) -> dict:
+def run(out: Path, data_home=None, verbose: bool = True, sample: bool = False, alphas=ALPHAS,
+        nystroem_sizes=(1024, 4096), dsgd_steps: int | None = None) -> dict:
+    """Choose ``alpha``, fit every method on the training rows, score it on the test rows; the summary record.
+
+    The defaults are the full run. ``sample=True`` reads the subsets shipped with the
+    package (the first 3000 training and 1000 test rows) instead of the full files;
+    ``alphas`` is the validation grid, ``nystroem_sizes`` the ``m`` of the
+    ``Nystroem(m) + LinearSVC`` peers, ``dsgd_steps`` the steps of the DSGD classifiers
+    (default: their own ``max_iter="auto"``).
+    """
     from sklearn.kernel_approximation import Nystroem
     from sklearn.pipeline import make_pipeline
     from sklearn.svm import SVC, LinearSVC
@@ -41,8 +51,9 @@ def run(out: Path, data_home=None, verbose: bool = True) -> dict:
     from dsgd_dask.datasets import load_a9a
 
     out.mkdir(parents=True, exist_ok=True)
-    X, y = load_a9a("train", data_home=data_home)
-    Xt, yt = load_a9a("test", data_home=data_home)
+    X, y = load_a9a("train", data_home=data_home, sample=sample)
+    Xt, yt = load_a9a("test", data_home=data_home, sample=sample)
+    steps = {} if dsgd_steps is None else {"max_iter": dsgd_steps}
     X, Xt = X.astype(np.float64), Xt.astype(np.float64)
     perm = np.random.default_rng(SEED).permutation(len(X))
     cut = int(0.9 * len(X))
@@ -53,8 +64,9 @@ def run(out: Path, data_home=None, verbose: bool = True) -> dict:
             print(msg, flush=True)
 
     validation = []
-    for alpha in ALPHAS:
-        est, fit = timed(lambda a=alpha: DSGDKernelSVC(alpha=a, random_state=SEED).fit(X[fit_rows], y[fit_rows]))
+    for alpha in alphas:
+        est, fit = timed(lambda a=alpha: DSGDKernelSVC(alpha=a, random_state=SEED, **steps).fit(X[fit_rows],
+                                                                                           y[fit_rows]))
         acc = est.score(X[valid_rows], y[valid_rows])
         validation.append({"alpha": alpha, "valid_accuracy": acc, "fit_seconds": fit})
         say(f"validation: DSGDKernelSVC alpha={alpha:g}: {acc:.4f} ({fit:.1f} s)")
@@ -68,21 +80,22 @@ def run(out: Path, data_home=None, verbose: bool = True) -> dict:
         records.append({"method": method, "test_accuracy": acc, "fit_seconds": fit})
         say(f"{method:>44}: test accuracy {acc:.4f}, fit {fit:7.1f} s")
 
-    svc, fit = timed(lambda: DSGDKernelSVC(alpha=alpha, random_state=SEED).fit(X, y))
+    svc, fit = timed(lambda: DSGDKernelSVC(alpha=alpha, random_state=SEED, **steps).fit(X, y))
     record("DSGDKernelSVC", svc, fit)
     gamma = 1.0 / (2 * svc.bandwidth_**2)
     model, fit = timed(lambda: DSGDKernelLogisticRegression(alpha=alpha, bandwidth=svc.bandwidth_,
-                                                             random_state=SEED).fit(X, y))
+                                                             random_state=SEED, **steps).fit(X, y))
     record("DSGDKernelLogisticRegression", model, fit)
     model, fit = timed(lambda: LinearSVC(C=C, random_state=SEED).fit(X, y))
     record("LinearSVC", model, fit)
-    for m in (1024, 4096):
+    for m in nystroem_sizes:
         model, fit = timed(lambda m=m: make_pipeline(Nystroem(gamma=gamma, n_components=m, random_state=SEED),
                                                      LinearSVC(C=C, random_state=SEED)).fit(X, y))
         record(f"Nystroem({m}) + LinearSVC", model, fit)
     model, fit = timed(lambda: SVC(C=C, gamma=gamma).fit(X, y))
     record("SVC(rbf), exact", model, fit)
-    summary = {"date": time.strftime("%Y-%m-%d"), "alpha": alpha, "C": C, "bandwidth": svc.bandwidth_,
+    summary = {"date": time.strftime("%Y-%m-%d"), "sample": sample, "n_train": len(X), "n_test": len(Xt),
+               "alpha": alpha, "C": C, "bandwidth": svc.bandwidth_,
                "validation": validation, "results": records}
     (out / "a9a_machines.json").write_text(json.dumps(summary, indent=2))
     lines = ["| method | test accuracy | fit (s) |", "|---|---|---|"]

@@ -29,6 +29,8 @@ one DSGD configuration) or without ``--quick`` for the full table (about an hour
 cores). ``--only REGEX`` runs a subset, ``--reg`` fixes the ridge instead of choosing it,
 ``--merge a,b --name c`` combines earlier outputs into one table. A method whose process
 dies (out of memory, at 8,192 features per view on 24 GiB) gets a row saying so.
+``run(..., sample=True)`` (what ``python -m benchmarks run mnist-halves --quick`` calls) runs
+on the subsets shipped with the package with the :data:`SAMPLE` budgets.
 """
 
 from __future__ import annotations
@@ -57,6 +59,16 @@ QUICK = {
     "rca_features": (1024, 2048),
     "dsgd": [(4096, 2)],
 }
+#: ``sample=True``: the 5000 training and 2000 test digits shipped with the package (4500 for
+#: training, 500 for validation), small feature counts (DSGD in blocks of 256), and one ridge
+#: (the best of ``REG_GRID`` for ``NystroemCCA(256)`` on these validation digits) still scored
+#: on them: a fit process costs seconds of imports.
+SAMPLE = {
+    "rca_features": (256,),
+    "dsgd": [(256, 2)],
+    "reg_grid": (1e-5,),
+    "valid_features": 256,
+}
 
 
 def halves(images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -65,30 +77,38 @@ def halves(images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return d[:, :, :14].reshape(len(d), -1), d[:, :, 14:].reshape(len(d), -1)
 
 
-def prepare(out: Path, data_home=None) -> dict:
-    """Split, write the training halves to Zarr, keep validation and test halves in ``.npy`` files."""
+def prepare(out: Path, data_home=None, sample: bool = False) -> dict:
+    """Split, write the training halves to Zarr, keep validation and test halves in ``.npy`` files.
+
+    The split is 90 % / 10 % of the training digits (54,000 / 6,000 of MNIST's 60,000);
+    ``sample=True`` splits the 5000 training digits shipped with the package (4500 / 500,
+    chunks of 1125 rows) and names its files ``sample_*``.
+    """
     import zarr
 
     from dsgd_dask.datasets import load_mnist
 
-    x_train, _ = load_mnist("train", data_home=data_home)
-    x_test, _ = load_mnist("test", data_home=data_home)
+    x_train, _ = load_mnist("train", data_home=data_home, sample=sample)
+    x_test, _ = load_mnist("test", data_home=data_home, sample=sample)
+    n_train = min(N_TRAIN, round(0.9 * len(x_train)))
+    chunk_rows = min(CHUNK_ROWS, -(-n_train // 4))
+    prefix = "sample_" if sample else ""
     perm = np.random.default_rng(SEED).permutation(len(x_train))
-    train, valid = x_train[perm[:N_TRAIN]], x_train[perm[N_TRAIN:]]
+    train, valid = x_train[perm[:n_train]], x_train[perm[n_train:]]
     paths = {}
     for name, part in (("train", train),):
         left, right = halves(part)
         for side, arr in (("left", left), ("right", right)):
-            path = out / f"{name}_{side}.zarr"
+            path = out / f"{prefix}{name}_{side}.zarr"
             if not path.exists():
-                z = zarr.create_array(store=str(path), shape=arr.shape, dtype="uint8", chunks=(CHUNK_ROWS, 392))
-                for r in range(0, len(arr), CHUNK_ROWS):
-                    z[r:r + CHUNK_ROWS] = arr[r:r + CHUNK_ROWS]
+                z = zarr.create_array(store=str(path), shape=arr.shape, dtype="uint8", chunks=(chunk_rows, 392))
+                for r in range(0, len(arr), chunk_rows):
+                    z[r:r + chunk_rows] = arr[r:r + chunk_rows]
             paths[f"{name}_{side}"] = str(path)
     for name, part in (("valid", valid), ("test", x_test)):
         left, right = halves(part)
         for side, arr in (("left", left), ("right", right)):
-            path = out / f"{name}_{side}.npy"
+            path = out / f"{prefix}{name}_{side}.npy"
             np.save(path, arr)
             paths[f"{name}_{side}"] = str(path)
     return paths
@@ -103,7 +123,7 @@ def _scaled(path: str):
     return da.from_zarr(path).astype(np.float32) / 255.0
 
 
-def _make(method: str, m: int, reg: float, epochs: int):
+def _make(method: str, m: int, reg: float, epochs: int, n_train: int = N_TRAIN):
     from dsgd_dask import DSGDKernelCCA
     from dsgd_dask.baselines import NystroemCCA, RandomFeatureCCA
 
@@ -112,8 +132,9 @@ def _make(method: str, m: int, reg: float, epochs: int):
     if method == "RandomFeatureCCA":
         return RandomFeatureCCA(K, n_features=m, reg=reg, random_state=SEED)
     if method == "DSGDKernelCCA":
-        steps = epochs * -(-N_TRAIN // 256)
-        return DSGDKernelCCA(K, n_features=m, reg=reg, max_iter=steps, random_state=SEED)
+        steps = epochs * -(-n_train // 256)
+        blocks = {"block_size": m} if m < 1024 else {}  # below one default block (the SAMPLE budgets)
+        return DSGDKernelCCA(K, n_features=m, reg=reg, max_iter=steps, random_state=SEED, **blocks)
     raise ValueError(method)
 
 
@@ -144,9 +165,10 @@ def run_one(method: str, m: int, reg: float, epochs: int, paths: dict, which: st
         if method == "linear CCA":
             fit, score = _linear_cca(paths, reg, which)
         else:
-            est = _make(method, m, reg, epochs)
+            A, B = _scaled(paths["train_left"]), _scaled(paths["train_right"])
+            est = _make(method, m, reg, epochs, n_train=A.shape[0])
             t0 = time.perf_counter()
-            est.fit(_scaled(paths["train_left"]), _scaled(paths["train_right"]))
+            est.fit(A, B)
             fit = time.perf_counter() - t0
             At, Bt = _scaled(paths[f"{which}_left"]), _scaled(paths[f"{which}_right"])
             score = est.score(At, Bt)
@@ -186,19 +208,26 @@ def in_process(method, m, reg, epochs, paths, which) -> dict:
 
 
 def run(out: Path, quick: bool = False, data_home=None, verbose: bool = True, only: str | None = None,
-        reg: float | None = None, name: str = "mnist_halves") -> dict:
-    cfg = QUICK if quick else FULL
+        reg: float | None = None, name: str = "mnist_halves", sample: bool = False) -> dict:
+    """Choose the ridge (unless given), fit and score every method of the plan, each in a fresh process.
+
+    ``quick``: the ``QUICK`` feature counts on the full data; ``sample=True``: the
+    packaged subsets and the ``SAMPLE`` budgets (:data:`SAMPLE`), whatever ``quick``.
+    """
+    cfg = SAMPLE if sample else QUICK if quick else FULL
     out.mkdir(parents=True, exist_ok=True)
-    paths = prepare(out, data_home)
+    paths = prepare(out, data_home, sample=sample)
+    n_train = int(_scaled(paths["train_left"]).shape[0])
+    valid_features = cfg.get("valid_features", 1024)
 
     def say(msg):
         if verbose:
             print(msg, flush=True)
 
     chosen = []
-    for candidate in REG_GRID if reg is None else ():
-        rec = in_process("NystroemCCA", 1024, candidate, 0, paths, "valid")
-        say(f"validation: NystroemCCA(1024) reg={candidate:g}: {rec['valid_correlation_sum']:.2f}")
+    for candidate in cfg.get("reg_grid", REG_GRID) if reg is None else ():
+        rec = in_process("NystroemCCA", valid_features, candidate, 0, paths, "valid")
+        say(f"validation: NystroemCCA({valid_features}) reg={candidate:g}: {rec['valid_correlation_sum']:.2f}")
         chosen.append(rec)
     if reg is None:
         reg = max(chosen, key=lambda r: r["valid_correlation_sum"])["reg"]
@@ -222,12 +251,12 @@ def run(out: Path, quick: bool = False, data_home=None, verbose: bool = True, on
             f"peak RSS {rec['peak_rss_mib']:6.0f} MiB")
     summary = {
         "machine": {"cores": mp.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
-        "date": time.strftime("%Y-%m-%d"), "quick": quick, "k": K, "n_train": N_TRAIN, "reg": reg,
+        "date": time.strftime("%Y-%m-%d"), "quick": quick, "sample": sample, "k": K, "n_train": n_train, "reg": reg,
         "validation": chosen, "results": records,
     }
     (out / f"{name}.json").write_text(json.dumps(summary, indent=2))
     (out / f"{name}.md").write_text(table(records))
-    plot(records, out / f"{name}.png")
+    plot(records, out / f"{name}.png", n_train=n_train)
     return summary
 
 
@@ -243,7 +272,7 @@ def table(records: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(records: list[dict], path: Path) -> None:
+def plot(records: list[dict], path: Path, n_train: int = N_TRAIN) -> None:
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(6.5, 4.2))
@@ -260,7 +289,7 @@ def plot(records: list[dict], path: Path) -> None:
     ax.set_xscale("log")
     ax.set_xlabel("fit time (s)")
     ax.set_ylabel(f"top-{K} test correlation sum")
-    ax.set_title("MNIST left/right halves, 54k training digits")
+    ax.set_title(f"MNIST left/right halves, {n_train / 1000:g}k training digits")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -292,7 +321,7 @@ def merge(out: Path, names: list[str], name: str) -> dict:
     summary = {**parts[0], "merged_from": names, "results": [r for p in parts for r in p["results"]]}
     (out / f"{name}.json").write_text(json.dumps(summary, indent=2))
     (out / f"{name}.md").write_text(table(summary["results"]))
-    plot(summary["results"], out / f"{name}.png")
+    plot(summary["results"], out / f"{name}.png", n_train=summary.get("n_train", N_TRAIN))
     return summary
 
 

@@ -17,7 +17,9 @@ molecule — the setting where a method that scales with the rows can use more t
 7165 matrices. Mean absolute error in kcal/mol and fit time.
 
 Outputs in ``--out`` (default ``pipelines/results/qm7_ridge``): ``qm7_ridge.json`` and
-``qm7_ridge.md``. Needs ``qm7.npz`` in the data home.
+``qm7_ridge.md``. Needs ``qm7.npz`` in the data home. ``run(..., sample=True)`` with small
+budgets is ``python -m benchmarks run qm7-ridge --quick`` (the first 1000 molecules, shipped
+with the package).
 """
 
 from __future__ import annotations
@@ -59,17 +61,23 @@ def exact_ridge(F, y, train, test, kind, bandwidth, alpha):
     return pred, fit
 
 
-def choose(F, y, train, kind):
+def choose(F, y, train, kind, scales=SCALES, alphas=ALPHAS):
+    """Bandwidth and ``alpha`` by exact kernel ridge on a seeded validation part of ``train``.
+
+    The validation part is 1000 molecules, or a fifth of ``train`` when that is fewer
+    (the packaged 1000-molecule sample).
+    """
     from sklearn.metrics import pairwise_distances
 
     rng = np.random.default_rng(SEED)
     perm = rng.permutation(train)
-    valid, fit = perm[:1000], perm[1000:]
+    n_valid = min(1000, len(train) // 5)
+    valid, fit = perm[:n_valid], perm[n_valid:]
     D = pairwise_distances(F[fit[:2000]], metric=METRIC[kind])
     median = float(np.median(D[np.triu_indices(len(D), 1)]))
     trials = []
-    for scale in SCALES:
-        for alpha in ALPHAS:
+    for scale in scales:
+        for alpha in alphas:
             pred, _ = exact_ridge(F, y, fit, valid, kind, scale * median, alpha)
             trials.append({"scale": scale, "alpha": alpha, "valid_mae": float(np.abs(pred - y[valid]).mean())})
     best = min(trials, key=lambda t: t["valid_mae"])
@@ -77,7 +85,15 @@ def choose(F, y, train, kind):
 
 
 def run(out: Path, data_home=None, n_folds: int = 5, max_iter: int = 30, sgd_steps: int = 0, augment: int = 0,
-        verbose: bool = True) -> dict:
+        verbose: bool = True, sample: bool = False, n_features="auto", kernels=("laplacian", "gaussian"),
+        scales=SCALES, alphas=ALPHAS) -> dict:
+    """Choose each kernel's bandwidth and ``alpha``, fit every method per fold; the summary record.
+
+    The defaults are the full run. ``sample=True`` reads the packaged subset (the first
+    1000 molecules) instead of the full file; ``n_features`` is the feature budget of the
+    ``DSGDKernelRidge`` fits (default: theirs), ``kernels``, ``scales`` (multiples of the
+    median distance) and ``alphas`` the kernels and the validation grid.
+    """
     from dsgd_dask import DSGDKernelRidge
     from dsgd_dask.datasets import load_qm7
     from dsgd_dask.datasets.coulomb import coulomb_stream, sorted_coulomb
@@ -87,13 +103,13 @@ def run(out: Path, data_home=None, n_folds: int = 5, max_iter: int = 30, sgd_ste
             print(msg, flush=True)
 
     out.mkdir(parents=True, exist_ok=True)
-    X, y = load_qm7(data_home=data_home)
+    X, y = load_qm7(data_home=data_home, sample=sample)
     y = y.astype(np.float64)
     F = sorted_coulomb(X, dtype="float64")
     splits = folds(len(y))[:n_folds]
     records, chosen = [], {}
-    for kind in ("laplacian", "gaussian"):
-        bandwidth, alpha, median, trials = choose(F, y, splits[0][0], kind)
+    for kind in kernels:
+        bandwidth, alpha, median, trials = choose(F, y, splits[0][0], kind, scales, alphas)
         chosen[kind] = {"bandwidth": bandwidth, "alpha": alpha, "median_distance": median, "trials": trials}
         say(f"{kind}: bandwidth {bandwidth:.4g} ({bandwidth / median:g} x median), alpha {alpha:g}")
         for i, (train, test) in enumerate(splits):
@@ -109,7 +125,7 @@ def run(out: Path, data_home=None, n_folds: int = 5, max_iter: int = 30, sgd_ste
             for solver in ("cg",) + (("sgd",) if sgd_steps else ()):
                 t0 = time.perf_counter()
                 model = DSGDKernelRidge(alpha=alpha, solver=solver, kernel=kind, bandwidth=bandwidth,
-                                        max_iter=max_iter if solver == "cg" else sgd_steps,
+                                        max_iter=max_iter if solver == "cg" else sgd_steps, n_features=n_features,
                                         random_state=SEED).fit(F[train], y[train] - mean)
                 fit = time.perf_counter() - t0
                 record(f"DSGDKernelRidge, solver={solver}", model.predict(F[test]) + mean, fit,
@@ -118,14 +134,16 @@ def run(out: Path, data_home=None, n_folds: int = 5, max_iter: int = 30, sgd_ste
                 Fs, ys = coulomb_stream(X[train], y[train], n_rows=augment * len(train), random_state=SEED + i)
                 t0 = time.perf_counter()
                 model = DSGDKernelRidge(alpha=alpha, solver="cg", kernel=kind, bandwidth=bandwidth,
-                                        max_iter=max_iter, random_state=SEED).fit(Fs, ys - mean)
+                                        max_iter=max_iter, n_features=n_features,
+                                        random_state=SEED).fit(Fs, ys - mean)
                 fit = time.perf_counter() - t0
                 rng = np.random.default_rng(SEED + 100 + i)
                 pred = mean + np.mean([model.predict(sorted_coulomb(X[test], noise=1.0, random_state=rng))
                                 for _ in range(10)], axis=0)
                 record(f"DSGDKernelRidge cg, {augment} random sortings", pred, fit, iterations=int(model.n_iter_),
                        n_features=int(model.n_features_), rows=int(Fs.shape[0]))
-    summary = {"date": time.strftime("%Y-%m-%d"), "representation": "sorted Coulomb matrix, upper triangle",
+    summary = {"date": time.strftime("%Y-%m-%d"), "sample": sample, "n_molecules": len(y),
+               "representation": "sorted Coulomb matrix, upper triangle",
                "folds": n_folds, "max_iter": max_iter, "sgd_steps": sgd_steps, "augment": augment, "chosen": chosen,
                "results": records}
     (out / "qm7_ridge.json").write_text(json.dumps(summary, indent=2))

@@ -28,6 +28,10 @@ METRICS = {
     "kpca-scale": ("sin2", 0.0, 1.0),
     "svm-mnist8m": ("test_error", 0.0, 1.0),
     "kcca-mnist8m": ("correlation_sum", 0.0, None),
+    "mnist-halves": ("test_correlation_sum", 0.0, None),
+    "mnist-machines": ("test_error", 0.0, 1.0),
+    "a9a-machines": ("test_accuracy", 0.0, 1.0),
+    "qm7-ridge": ("mae", 0.0, math.inf),
 }
 
 
@@ -103,3 +107,14 @@ def test_cli_lists_and_rejects_unknown_names(capsys):
 def test_unknown_comparison_raises(tmp_path):
     with pytest.raises(ValueError, match="unknown comparison"):
         run("no-such-comparison", quick=True, out=tmp_path)
+
+
+@pytest.mark.parametrize("pipeline", ["mnist_halves", "mnist_machines", "a9a_machines", "qm7_ridge"])
+def test_wrapped_pipelines_keep_their_command_lines(pipeline, capsys):
+    import importlib
+
+    module = importlib.import_module(f"pipelines.{pipeline}")
+    with pytest.raises(SystemExit) as exit_info:
+        module.main(["--help"])
+    assert exit_info.value.code == 0
+    assert "--data-home" in capsys.readouterr().out
