@@ -119,8 +119,12 @@ class PeakMemory:
         self.interval = interval
 
     def __enter__(self):
+        import gc
+
         import psutil
 
+        gc.collect()
+        _release_free_memory()  # freed heap pages still count as resident until returned
         self._proc = psutil.Process()
         self.start = self.peak = self._proc.memory_info().rss
         self._stop = threading.Event()
@@ -137,6 +141,16 @@ class PeakMemory:
         self._thread.join()
         self.peak = max(self.peak, self._proc.memory_info().rss)
         return False
+
+
+def _release_free_memory() -> None:
+    """Return the C heap's free pages to the system (glibc ``malloc_trim``; nothing elsewhere)."""
+    import contextlib
+    import ctypes
+    import ctypes.util
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
 
 
 #: The registered comparisons, by name (filled by ``benchmarks.comparisons``).
