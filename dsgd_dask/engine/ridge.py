@@ -1,13 +1,28 @@
-"""Kernel ridge regression by full-data passes: block-Jacobi preconditioned conjugate gradients.
+"""Kernel ridge regression by full-data passes: preconditioned conjugate gradients.
 
 The coefficients ``A`` (``M x c``) of ``f(x) = z(x) A`` minimise
 ``E[|f(x) - y|^2] / 2 + alpha/2 |A|^2``, i.e. solve ``(E[z z^T] + alpha I) A = E[z y^T]``.
-A first pass over the rows gives the right-hand side and the diagonal blocks
-``E[z_b z_b^T]`` of every feature block (``M m`` numbers, bounded like the features);
-each later pass multiplies the full matrix by the search directions without forming it
-(:func:`~dsgd_dask.engine.passes.full_pass`, a tree reduction over row chunks that runs
-on every worker at once). Preconditioned by the inverse blocks, conjugate gradients
-converge geometrically where stochastic steps converge as ``O(1/t)``.
+A first pass over the rows gives the right-hand side (and, for the block-Jacobi
+preconditioner, the diagonal blocks ``E[z_b z_b^T]`` of every feature block: ``M m``
+numbers, bounded like the features); each later pass multiplies the full matrix by the
+search directions without forming it (:func:`~dsgd_dask.engine.passes.full_pass`, a tree
+reduction over row chunks that runs on every worker at once). Preconditioned, conjugate
+gradients converge geometrically where stochastic steps converge as ``O(1/t)``.
+
+Two preconditioners:
+
+* :class:`BlockJacobi`, the inverse of each block's own second moment (any features).
+  Nyström blocks are redundant (each alone approximates the same kernel), so
+  ``E[z z^T]`` has a large near-null space that only ``alpha`` regularises, and the
+  block-diagonal part does not see it: with many blocks the preconditioned spectrum
+  spans ``alpha`` to ``J`` and conjugate gradients slow down.
+* :class:`LandmarkPreconditioner` (Nyström features), after FALKON (Rudi et al. 2017):
+  the landmarks are rows drawn uniformly from the data, so the second moment of the
+  features over the landmarks themselves estimates the one over the data,
+  ``E[z z^T] ~ W^T K_LL^2 W / M`` (``K_LL`` the kernel matrix of all ``M`` landmarks,
+  ``W`` the block-diagonal whitening), coupling the blocks. Its inverse (plus
+  ``alpha``) by one Cholesky factorisation: no data pass, ``M^2`` float64 of memory
+  (made in place), ``O(M^3)`` time once, ``O(M^2 c)`` per pass.
 """
 
 from __future__ import annotations
@@ -19,33 +34,34 @@ import numpy as np
 from dask.base import tokenize
 from scipy.linalg import cho_factor, cho_solve
 
-from dsgd_dask._threads import one_blas_thread
+from dsgd_dask._threads import map_ordered, one_blas_thread
 from dsgd_dask.engine.passes import reduce_row_chunks, slice_rows
 from dsgd_dask.streams.inputs import DataView
 
 
 @dataclass
 class RidgeSums:
-    """``E[z_b z_b^T]`` per block (``(J, m, m)``), ``E[z y^T]`` (``(M, c)``) and the rows seen."""
+    """``E[z_b z_b^T]`` per block (``(J, m, m)``, or ``None``), ``E[z y^T]`` (``(M, c)``) and the rows seen."""
 
     n: int
-    blocks: np.ndarray
+    blocks: np.ndarray | None
     cross: np.ndarray
 
 
-def slab_ridge_sums(S: np.ndarray, features, n_blocks: int, x_cols: slice, y_cols: slice) -> np.ndarray:
-    """Packed sums ``[sum z_b^T z_b (all blocks), sum z y^T, rows]`` of one slab of stacked rows."""
+def slab_ridge_sums(S: np.ndarray, features, n_blocks: int, x_cols: slice, y_cols: slice,
+                    with_blocks: bool = True) -> np.ndarray:
+    """Packed sums ``[sum z_b^T z_b (all blocks, with_blocks), sum z y^T, rows]`` of one slab of stacked rows."""
     m = features.block_size
     M = n_blocks * m
     c = y_cols.stop - y_cols.start
-    blocks = np.zeros((n_blocks, m, m))
+    blocks = np.zeros((n_blocks if with_blocks else 0, m, m))
     cross = np.zeros((M, c))
     step = slice_rows(M)
     with one_blas_thread():
         for r0 in range(0, S.shape[0], step):
             part = S[r0:r0 + step]
             Z = features.transform(part[:, x_cols], 0, n_blocks)
-            for b in range(n_blocks):
+            for b in range(blocks.shape[0]):
                 zb = Z[:, b * m:(b + 1) * m]
                 blocks[b] += zb.T @ zb
             # einsum's own loop (no BLAS): the same sum in any process, whatever its BLAS threads
@@ -54,20 +70,25 @@ def slab_ridge_sums(S: np.ndarray, features, n_blocks: int, x_cols: slice, y_col
 
 
 def ridge_pass(view: DataView, features, n_blocks: int, x_cols: slice, y_cols: slice, token: str = "",
-               features_ref=None) -> RidgeSums:
-    """One pass over the stacked rows of ``view`` (inputs in ``x_cols``, targets in ``y_cols``)."""
+               features_ref=None, with_blocks: bool = True) -> RidgeSums:
+    """One pass over the stacked rows of ``view`` (inputs in ``x_cols``, targets in ``y_cols``).
+
+    Without ``with_blocks`` only the right-hand side (the blocks' moments are skipped:
+    ``n M m`` fewer multiply-adds).
+    """
     m = features.block_size
     M = n_blocks * m
     c = y_cols.stop - y_cols.start
+    nb = n_blocks * m * m if with_blocks else 0
     fkey = features
     if view.is_dask:
         fkey = features_ref if features_ref is not None else dask.delayed(
             features, name=f"dsgd-features-{tokenize(token)}", traverse=False)
-    total = reduce_row_chunks(view, slab_ridge_sums, (fkey, n_blocks, x_cols, y_cols), n_blocks * m * m + M * c + 1,
+    total = reduce_row_chunks(view, slab_ridge_sums, (fkey, n_blocks, x_cols, y_cols, with_blocks), nb + M * c + 1,
                               "dsgd-ridge-pass")
     n = total[-1]
-    blocks = total[:n_blocks * m * m].reshape(n_blocks, m, m) / n
-    cross = total[n_blocks * m * m:-1].reshape(M, c) / n
+    blocks = total[:nb].reshape(n_blocks, m, m) / n if with_blocks else None
+    cross = total[nb:-1].reshape(M, c) / n
     return RidgeSums(round(n), blocks, cross)
 
 
@@ -84,6 +105,78 @@ class BlockJacobi:
     def __call__(self, R: np.ndarray) -> np.ndarray:
         m = self.m
         return np.concatenate([cho_solve(f, R[i * m:(i + 1) * m]) for i, f in enumerate(self.factors)])
+
+
+def landmark_moment(features, n_blocks: int) -> np.ndarray:
+    """``W^T K_LL^2 W / M`` of Nyström features: their second moment over their own ``M`` landmark rows.
+
+    Only the upper triangle (of the C-ordered result) is filled, tile by tile of the
+    feature blocks; the lower one is zero. ``G = W^T K_LL`` (``M x M``) is made
+    block row by block row (the landmarks' kernel sections, whitened), then the upper
+    tiles of ``G G^T / M`` block row by block row, in place: row ``i`` needs the rows of
+    ``G`` from ``i`` on, so it overwrites row ``i`` of ``G`` once made. Peak memory
+    ``M^2`` float64 (and ``m M`` per thread). The tiles go to parallel threads, each
+    one BLAS call of a shape fixed by the model: the same numbers on any machine.
+    """
+    m = features.block_size
+    M = n_blocks * m
+    out = np.empty((M, M))  # first G = W^T K_LL, row block j: N_j^T k(L_j, L); then the result
+
+    def whitened(j):
+        np.matmul(features.normalization[j].T, features.landmark_kernel(j * m, (j + 1) * m, n_blocks),
+                  out=out[j * m:(j + 1) * m])
+
+    def tile(ij):
+        i, j = ij
+        t = out[i * m:(i + 1) * m] @ out[j * m:(j + 1) * m].T
+        t /= M
+        return t
+
+    with one_blas_thread():
+        map_ordered(whitened, range(n_blocks))
+        for i in range(n_blocks):
+            tiles = map_ordered(tile, [(i, j) for j in range(i, n_blocks)])
+            out[i * m:(i + 1) * m, :i * m] = 0.0
+            for j, t in enumerate(tiles, start=i):
+                out[i * m:(i + 1) * m, j * m:(j + 1) * m] = t
+    return out
+
+
+class LandmarkPreconditioner:
+    """The preconditioner ``(W^T K_LL^2 W / M + alpha I)^{-1}`` of Nyström features, one Cholesky factor.
+
+    ``W^T K_LL^2 W / M`` (:func:`landmark_moment`) estimates ``E[z z^T]`` on the
+    landmarks, rows drawn from the data, with the blocks' coupling that block-Jacobi
+    lacks. A floor under ``alpha`` (``M eps`` times the trace, far below any useful
+    ``alpha``) keeps the factorisation defined when the features are linearly
+    dependent (repeated landmarks give zero columns of the whitening).
+    """
+
+    def __init__(self, features, n_blocks: int, alpha: float):
+        floor = None
+        for _ in range(3):
+            C = landmark_moment(features, n_blocks)
+            M = C.shape[0]
+            diag = C.reshape(-1)[::M + 1]  # a view
+            if floor is None:
+                floor = max(alpha, M * np.finfo(np.float64).eps * float(diag.sum()))
+            diag += floor
+            try:
+                # the C-ordered upper triangle is the lower one of the Fortran-ordered
+                # transpose: LAPACK factors it in place
+                with one_blas_thread():
+                    self.factor = cho_factor(C.T, lower=True, overwrite_a=True, check_finite=False)
+                break
+            except np.linalg.LinAlgError:  # pragma: no cover - round-off beyond the floor
+                del C, diag
+                floor *= 100
+        else:  # pragma: no cover
+            raise np.linalg.LinAlgError("the landmark preconditioner is not positive definite")
+        self.floor = floor
+
+    def __call__(self, R: np.ndarray) -> np.ndarray:
+        with one_blas_thread():
+            return cho_solve(self.factor, R, check_finite=False)
 
 
 @dataclass

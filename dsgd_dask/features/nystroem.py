@@ -233,6 +233,22 @@ class NystroemFeatures(FeatureBlocks):
             np.matmul(K[:, i * m:(i + 1) * m], norm[i], out=out[:, i * m:(i + 1) * m])
         return out
 
+    def landmark_kernel(self, start: int, stop: int, n_blocks: int | None = None) -> np.ndarray:
+        """Rows ``start:stop`` of the landmarks' own kernel matrix, in float64: ``k(L[start:stop], L)``.
+
+        ``L`` is the union of the landmarks of the first ``n_blocks`` blocks (all by
+        default), shifted by ``center`` like the inputs; ``(stop - start, n_blocks * m)``.
+        """
+        n_blocks = self.max_blocks if n_blocks is None else int(n_blocks)
+        L = self.landmarks[:n_blocks * self.block_size]
+        if self.center is not None:
+            L = np.subtract(L, self.center, dtype=np.float64)
+        if self.kernel.name == "arccos":
+            lsq = np.sqrt(np.einsum("ij,ij->i", L, L))
+        else:
+            lsq = np.einsum("ij,ij->i", L, L)
+        return kernel_sections(self.kernel, np.ascontiguousarray(L[start:stop]), np.ascontiguousarray(L.T), lsq)
+
     def _blockwise(self, a: np.ndarray, transpose: bool) -> np.ndarray:
         m = self.block_size
         n_blocks = a.shape[0] // m
