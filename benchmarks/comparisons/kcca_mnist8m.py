@@ -22,7 +22,7 @@ from benchmarks.runner import Comparison, PeakMemory, Report, register
 
 FULL = {"k": 50, "dsgd_features": 20480, "dsgd_steps": 200_000, "dsgd_seconds": 3600.0,
         "peers": [(4096, 120_000), (4096, 480_000)], "reg_grid": (1e-3, 1e-4, 1e-5, 1e-6), "reg_rows": 60_000}
-QUICK = {"k": 5, "dsgd_features": 1024, "dsgd_steps": 64, "dsgd_seconds": 60.0,
+QUICK = {"k": 5, "dsgd_features": 512, "dsgd_steps": 32, "dsgd_seconds": 60.0,
          "peers": [(256, 4096)], "reg_grid": (1e-3, 1e-5), "reg_rows": 4096}
 
 LEFT = np.array([r * 28 + c for r in range(28) for c in range(14)])

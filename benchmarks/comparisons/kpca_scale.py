@@ -30,8 +30,8 @@ FULL = {"rows": (1_048_576, 8_100_000), "k": 50, "nystroem": (512, 1024, 2048, 4
         "rff": (1024, 2048, 4096, 8192, 16384), "dsgd": (1024, "auto", 8192, 16384), "reference_features": 4096,
         "reference_seeds": (101, 102), "reference_rows": 1_048_576, "max_seconds": 1800.0, "max_matrix_gib": 8.0,
         "target_sin2": 0.05}
-QUICK = {"rows": (8192, 16384), "k": 5, "nystroem": (128, 256), "rff": (256,), "dsgd": ("auto",),
-         "reference_features": 512, "reference_seeds": (101, 102), "reference_rows": 8192, "max_seconds": 60.0,
+QUICK = {"rows": (4096, 8192), "k": 5, "nystroem": (128, 256), "rff": (256,), "dsgd": ("auto",),
+         "reference_features": 512, "reference_seeds": (101, 102), "reference_rows": 4096, "max_seconds": 60.0,
          "max_matrix_gib": 1.0, "target_sin2": 0.05}
 
 

@@ -28,7 +28,7 @@ from benchmarks.runner import Comparison, PeakMemory, Report, register
 
 FULL = {"rows": None, "dsgd_features": 8192, "dsgd_seconds": 3600.0, "svc_steps": 40_000,
         "peers": [(4096, 60_000), (4096, 240_000), (16384, 60_000)], "choose_features": 4096}
-QUICK = {"rows": None, "dsgd_features": 512, "dsgd_seconds": 60.0, "svc_steps": 60,
+QUICK = {"rows": None, "dsgd_features": 512, "dsgd_seconds": 60.0, "svc_steps": 30,
          "peers": [(256, 4096)], "choose_features": 256}
 
 
