@@ -88,6 +88,18 @@ def shifted_mnist_store(n: int, chunk_rows: int = 8192, seed: int = 0) -> Path:
     return path
 
 
+def gemm_rate(d: int = 784) -> float:
+    """float32 GEMM flop/s on all cores (best of 3), for predicting a configuration's time."""
+    a = np.random.default_rng(0).random((4096, d), dtype=np.float32)
+    b = np.random.default_rng(1).random((d, 4096), dtype=np.float32)
+    best = np.inf
+    for _ in range(3):
+        t0 = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t0)
+    return 2 * 4096 * d * 4096 / best
+
+
 def _version(name: str) -> str | None:
     try:
         return importlib.metadata.version(name)

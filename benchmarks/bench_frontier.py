@@ -41,7 +41,16 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
-from _common import RESULTS_DIR, STORES_DIR, figure_path, machine_info, run_clean, shifted_mnist_store, write_json
+from _common import (
+    RESULTS_DIR,
+    STORES_DIR,
+    figure_path,
+    gemm_rate,
+    machine_info,
+    run_clean,
+    shifted_mnist_store,
+    write_json,
+)
 
 
 @dataclass(frozen=True)
@@ -66,18 +75,6 @@ QUICK = replace(PARAMS, rows=(16_384,), components=(10,), chunk_rows=4096, nystr
                 dsgd_features=(1024,), dsgd_small_blocks=(2048,), reference_features=1024, max_seconds=60.0,
                 wait=False)
 D = 784
-
-
-def gemm_rate() -> float:
-    """float32 GEMM flop/s on all cores (best of 3)."""
-    a = np.random.default_rng(0).random((4096, 784), dtype=np.float32)
-    b = np.random.default_rng(1).random((784, 4096), dtype=np.float32)
-    best = np.inf
-    for _ in range(3):
-        t0 = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - t0)
-    return 2 * 4096 * 784 * 4096 / best
 
 
 def default_budget(k: int) -> int:

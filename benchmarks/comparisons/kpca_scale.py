@@ -22,6 +22,7 @@ import time
 
 import numpy as np
 
+from benchmarks._common import gemm_rate
 from benchmarks.comparisons._digits import SEED, digit_store, store_arrays, test_digits
 from benchmarks.runner import Comparison, PeakMemory, Report, register
 
@@ -33,18 +34,6 @@ FULL = {"rows": (1_048_576, 8_100_000), "k": 50, "nystroem": (512, 1024, 2048, 4
 QUICK = {"rows": (4096, 8192), "k": 5, "nystroem": (128, 256), "rff": (256,), "dsgd": ("auto",),
          "reference_features": 512, "reference_seeds": (101, 102), "reference_rows": 4096, "max_seconds": 60.0,
          "max_matrix_gib": 1.0, "target_sin2": 0.05}
-
-
-def gemm_rate() -> float:
-    """float32 GEMM flop/s on all cores (best of 3)."""
-    a = np.random.default_rng(0).random((4096, D), dtype=np.float32)
-    b = np.random.default_rng(1).random((D, 4096), dtype=np.float32)
-    best = np.inf
-    for _ in range(3):
-        t0 = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - t0)
-    return 2 * 4096 * D * 4096 / best
 
 
 def configurations(cfg: dict, n: int, k: int, rate: float):
