@@ -18,6 +18,8 @@ that is where each peer's ``m`` is capped by time; an ``m x m`` float64 matrix b
 
 from __future__ import annotations
 
+import json
+import os
 import time
 
 import numpy as np
@@ -57,12 +59,25 @@ def configurations(cfg: dict, n: int, k: int, rate: float):
     return out
 
 
-def reference(cfg: dict, X, Xt, k: int, ctx) -> tuple[np.ndarray, dict]:
-    """Test projections of the reference solve on ``X`` (or a uniform subsample of ``reference_rows``)."""
+def reference(cfg: dict, X, Xt, k: int, ctx, store) -> tuple[np.ndarray, dict]:
+    """Test projections of the reference solve on ``X`` (or a uniform subsample of ``reference_rows``).
+
+    Kept beside the stores (``reference_*.npz``, keyed by the store, the rows, ``k``, the
+    landmarks and seeds, and the test rows) and reused by later runs: it costs more than
+    any configuration it judges.
+    """
     from dsgd_dask import DSGDKernelPCA
     from dsgd_dask.metrics import principal_angle_sin2
 
     R = cfg["reference_features"]
+    key = (f"reference_{store.name}_{X.shape[0]}_{min(X.shape[0], cfg['reference_rows'])}_k{k}_R{R}_"
+           f"{'-'.join(map(str, cfg['reference_seeds']))}_t{len(Xt)}.npz")
+    cache = ctx.store_dir / key
+    if cache.exists():
+        with np.load(cache, allow_pickle=False) as f:
+            info = json.loads(str(f["info"]))
+            ctx.log(f"  reference from {cache.name} (computed in {sum(info['seconds']):.0f} s)")
+            return f["projection"], {**info, "cached": True}
     projections, info = [], {"features": R, "seeds": list(cfg["reference_seeds"]), "seconds": [],
                              "rows": min(X.shape[0], cfg["reference_rows"])}
     if X.shape[0] > cfg["reference_rows"]:
@@ -76,6 +91,9 @@ def reference(cfg: dict, X, Xt, k: int, ctx) -> tuple[np.ndarray, dict]:
         projections.append(np.asarray(est.transform(Xt)))
         ctx.log(f"  reference seed {s}: {info['seconds'][-1]:.0f} s, {est.n_iter_} passes")
     info["agreement_sin2"] = principal_angle_sin2(projections[0], projections[1])
+    tmp = cache.with_name(f".{cache.name}.tmp.npz")
+    np.savez(tmp, projection=projections[0], info=json.dumps(info))
+    os.replace(tmp, cache)
     return projections[0], info
 
 
@@ -93,7 +111,7 @@ def measure(ctx) -> Report:
         X, _ = store_arrays(store, n_rows)
         n = X.shape[0]
         ctx.log(f"case n = {n:,}, k = {k}")
-        ref, ref_info = reference(cfg, X, Xt, k, ctx)
+        ref, ref_info = reference(cfg, X, Xt, k, ctx, store)
         ctx.log(f"  reference agreement sin^2 {ref_info['agreement_sin2']:.2e}")
         case = {"n": n, "reference": ref_info, "runs": []}
         for method, label, make, predicted, matrix_gib in configurations(cfg, n, k, rate):
