@@ -11,6 +11,9 @@ comparisons, full runs), runs the comparison and writes, in ``benchmarks/results
   (what the README's *Results* section includes);
 * ``<name>.png``: the figure.
 
+While a long comparison runs, the rows measured so far are kept in
+``<name>.partial.json`` (removed when the run completes), so a stopped run loses nothing.
+
 ``--quick`` runs every comparison on the real subsets shipped with the package, small
 budgets, no waiting: it checks the plumbing (the test suite runs it) and writes
 ``<name>_quick.*``, never overwriting a full run. Entry point: ``python -m benchmarks``.
@@ -60,6 +63,12 @@ class Context:
     stores: Path | None = None
     log: Callable[[str], None] = print
     options: dict = field(default_factory=dict)
+    partial_path: Path | None = None
+
+    def keep(self, rows: list[dict]) -> None:
+        """Write the rows measured so far to ``<name>.partial.json`` (a stopped run keeps them)."""
+        if self.partial_path is not None:
+            _write_atomic(self.partial_path, json.dumps(_jsonable({"rows": rows}), indent=2) + "\n")
 
     def config(self, full: dict, quick: dict) -> dict:
         """The comparison's parameters: ``quick`` or ``full``, with ``--set KEY=VALUE`` overrides."""
@@ -236,11 +245,13 @@ def run(name: str, *, quick: bool = False, wait: bool = True, out: Path | None =
         waited = wait_for_idle(max_cores=0.25, timeout=900.0)
         log(f"waited {waited['waited']:.0f} s for an idle machine")
     options = dict(options or {})
-    ctx = Context(quick=quick, wait=wait, data_home=data_home, out=out, stores=stores, log=log, options=options)
+    stem = (f"{name}_quick" if quick else name) + ("_custom" if options else "")
+    partial = out / f"{stem}.partial.json"
+    ctx = Context(quick=quick, wait=wait, data_home=data_home, out=out, stores=stores, log=log, options=options,
+                  partial_path=partial)
     t0 = time.perf_counter()
     report = comparison.measure(ctx)
     seconds = time.perf_counter() - t0
-    stem = (f"{name}_quick" if quick else name) + ("_custom" if options else "")
     command = f"python -m benchmarks run {name}" + (" --quick" if quick else "") + "".join(
         f" --set {k}={v!r}" for k, v in options.items())
     payload = {"comparison": name, "title": comparison.title, "data": comparison.data,
@@ -263,6 +274,7 @@ def run(name: str, *, quick: bool = False, wait: bool = True, out: Path | None =
         os.replace(tmp, paths["png"])
     else:
         del paths["png"]
+    partial.unlink(missing_ok=True)
     log(table)
     log("wrote " + ", ".join(str(p) for p in paths.values()))
     return paths

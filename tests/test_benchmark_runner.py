@@ -52,6 +52,7 @@ def test_quick_run_writes_consistent_results(name, tmp_path, stores):
     assert all(p.exists() and p.stat().st_size > 0 for p in paths.values())
     assert paths["json"].name == f"{name}_quick.json"
     assert not list(tmp_path.glob(".*.tmp*"))  # written in place, no temporary left behind
+    assert not list(tmp_path.glob("*.partial.json"))  # the rows kept during the run, removed at its end
 
     payload = json.loads(paths["json"].read_text())
     assert payload["comparison"] == name

@@ -72,6 +72,7 @@ def measure(ctx) -> Report:
                  "seconds": budget.seconds, "peak_rss_gib": mem.peak / 2**30, "stopped": stop})
     curves["DSGDKernelCCA"] = budget.curve
     ctx.log(f"DSGDKernelCCA: {score:.2f} in {budget.seconds:.0f} s ({stop})")
+    ctx.keep(rows)
 
     for m, n_sub in cfg["peers"]:
         n_sub = min(n_sub, n)
@@ -86,6 +87,7 @@ def measure(ctx) -> Report:
                          "seconds": seconds, "peak_rss_gib": mem.peak / 2**30,
                          "stopped": "subsample held in memory for its pass; larger ones exceed the time budget"})
             ctx.log(f"{name}({m}) on {n_sub:,} rows: {score:.2f} in {seconds:.0f} s")
+            ctx.keep(rows)
         del Xs
 
     peer = max(rows[1:], key=lambda r: r["correlation_sum"])

@@ -130,6 +130,7 @@ def measure(ctx) -> Report:
                         "peak_rss_gib": mem.peak / 2**30, "foreign_cores": foreign})
             rows.append(row)
             case["runs"].append(row)
+            ctx.keep(rows)
             ctx.log(f"  {method} {label}: {seconds:.1f} s, sin^2 {row['sin2']:.2e}")
         cases.append(case)
 

@@ -74,6 +74,7 @@ def measure(ctx) -> Report:
                  "test_error": last["test_error"], "seconds": budget.seconds, "peak_rss_gib": mem.peak / 2**30,
                  "stopped": stop})
     curves["DSGDKernelRidge (cg, one-hot)"] = budget.curve
+    ctx.keep(rows)
 
     def svc_error(model):
         return {"test_error": float((model.evaluate(Xt).argmax(axis=1) != yt).mean())}
@@ -92,6 +93,7 @@ def measure(ctx) -> Report:
     rows.append({"method": "DSGDKernelSVC (steps)", "rows": n, "features": cfg["dsgd_features"], "test_error": err,
                  "seconds": budget.seconds, "peak_rss_gib": mem.peak / 2**30, "stopped": stop})
     curves["DSGDKernelSVC (steps)"] = budget.curve
+    ctx.keep(rows)
 
     for m, n_sub in cfg["peers"]:
         n_sub = min(n_sub, n)
@@ -113,6 +115,7 @@ def measure(ctx) -> Report:
                              "peak_rss_gib": mem.peak / 2**30,
                              "stopped": "the n x m features in memory: the subsample is the budget"})
                 ctx.log(f"{label}: {n_sub:,} rows, test error {err:.4f}, {seconds:.0f} s")
+                ctx.keep(rows)
         del Xs, ys
 
     dsgd_best = min(r["test_error"] for r in rows if r["method"].startswith("DSGD"))
