@@ -100,6 +100,18 @@ def gemm_rate(d: int = 784) -> float:
     return 2 * 4096 * d * 4096 / best
 
 
+def default_budget(k: int) -> int:
+    """``DSGDKernelPCA``'s default number of Nyström features (equal blocks of at most 4096)."""
+    budget = max(2048, 64 * k)
+    n_blocks = -(-budget // 4096)
+    return -(-budget // n_blocks) * n_blocks
+
+
+def pass_flops(n: int, M: int, k: int, passes: float = 2.5, d: int = 784) -> float:
+    """Flops of ``passes`` full-data passes with ``M`` features and ``2 k + 10`` directions."""
+    return passes * 2 * n * M * (d + 2 * (2 * k + 10))
+
+
 def _version(name: str) -> str | None:
     try:
         return importlib.metadata.version(name)

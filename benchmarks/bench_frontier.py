@@ -44,9 +44,11 @@ import numpy as np
 from _common import (
     RESULTS_DIR,
     STORES_DIR,
+    default_budget,
     figure_path,
     gemm_rate,
     machine_info,
+    pass_flops,
     run_clean,
     shifted_mnist_store,
     write_json,
@@ -75,18 +77,6 @@ QUICK = replace(PARAMS, rows=(16_384,), components=(10,), chunk_rows=4096, nystr
                 dsgd_features=(1024,), dsgd_small_blocks=(2048,), reference_features=1024, max_seconds=60.0,
                 wait=False)
 D = 784
-
-
-def default_budget(k: int) -> int:
-    """``DSGDKernelPCA``'s default number of Nyström features (equal blocks of at most 4096)."""
-    budget = max(2048, 64 * k)
-    n_blocks = -(-budget // 4096)
-    return -(-budget // n_blocks) * n_blocks
-
-
-def pass_flops(n: int, M: int, k: int, passes: float = 2.5) -> float:
-    """Flops of ``passes`` full-data passes with ``M`` features and ``2 k + 10`` directions."""
-    return passes * 2 * n * M * (D + 2 * (2 * k + 10))
 
 
 def configurations(p: Params, n: int, k: int, rate: float):

@@ -67,6 +67,23 @@ def write_digit_store(path: Path, images: np.ndarray, labels: np.ndarray, n_rows
     tmp.rename(path)
 
 
+def reuse_or_write(path: Path, n_rows: int, seed: int, digits) -> Path:
+    """``path`` when it already holds ``n_rows`` rows written from ``seed``, else written by :func:`write_digit_store`.
+
+    ``digits()`` returns the ``(images, labels)`` to deform; it is called only when the
+    store has to be written.
+    """
+    import zarr
+
+    if (path / "zarr.json").exists():
+        attrs = zarr.open_group(str(path), mode="r").attrs
+        if attrs.get("rows") == n_rows and attrs.get("seed") == seed:
+            return path
+    images, labels = digits()
+    write_digit_store(path, images.reshape(-1, 28, 28), labels, n_rows, seed)
+    return path
+
+
 def build(path: Path, n_rows: int = 8_100_000, seed: int = 0, scheduler: str = "threads", workers: int = 2,
           data_home=None, digest: bool = True) -> dict:
     import dask

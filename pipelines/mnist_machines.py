@@ -82,19 +82,12 @@ def choose(X: np.ndarray, y: np.ndarray, m: int = 4096):
 
 def augmented_store(images: np.ndarray, labels: np.ndarray, copies: int, path: Path) -> Path:
     """``copies x 60,000`` rows (the digits, then deformed copies) in a uint8 Zarr group (made once)."""
-    import zarr
     try:  # run as a script (pipelines/ on the path) or imported as pipelines.mnist_machines
-        from mnist8m_store import write_digit_store
+        from mnist8m_store import reuse_or_write
     except ImportError:
-        from pipelines.mnist8m_store import write_digit_store
+        from pipelines.mnist8m_store import reuse_or_write
 
-    n_rows = copies * len(images)
-    if (path / "zarr.json").exists():
-        attrs = zarr.open_group(str(path), mode="r").attrs
-        if attrs.get("rows") == n_rows and attrs.get("seed") == SEED:
-            return path
-    write_digit_store(path, images, labels, n_rows, SEED)
-    return path
+    return reuse_or_write(path, copies * len(images), SEED, lambda: (images, labels))
 
 
 def run(out: Path, data_home=None, n_features: int = 16384, max_passes: int = 20, augment: int = 0,

@@ -21,24 +21,17 @@ def digit_store(ctx) -> Path:
     (about half an hour; reused afterwards). ``--quick``: 16,384 rows deformed from the
     packaged subset of 5,000 training digits.
     """
-    import zarr
-
     from dsgd_dask.datasets import load_mnist
-    from pipelines.mnist8m_store import write_digit_store
+    from pipelines.mnist8m_store import reuse_or_write
 
     rows = QUICK_ROWS if ctx.quick else MNIST8M_ROWS
     path = ctx.store_dir / (f"digits_quick_{rows}_{SEED}.zarr" if ctx.quick else f"mnist8m_{rows}_{SEED}.zarr")
-    if (path / "zarr.json").exists():
-        attrs = zarr.open_group(str(path), mode="r").attrs
-        if attrs.get("rows") == rows and attrs.get("seed") == SEED:
-            return path
-    if ctx.quick:
-        images, labels = load_mnist("train", sample=True)
-    else:
-        images, labels = load_mnist("train", data_home=ctx.data_home)
-    ctx.log(f"writing {rows:,} deformed digits to {path} (once)")
-    write_digit_store(path, images.reshape(-1, 28, 28), labels, rows, SEED)
-    return path
+
+    def digits():
+        ctx.log(f"writing {rows:,} deformed digits to {path} (once)")
+        return load_mnist("train", sample=True) if ctx.quick else load_mnist("train", data_home=ctx.data_home)
+
+    return reuse_or_write(path, rows, SEED, digits)
 
 
 def store_arrays(path: Path, rows: int | None = None):

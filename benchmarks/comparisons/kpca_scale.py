@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from benchmarks._common import gemm_rate
+from benchmarks._common import default_budget, gemm_rate, pass_flops
 from benchmarks.comparisons._digits import SEED, digit_store, store_arrays, test_digits
 from benchmarks.runner import Comparison, PeakMemory, Report, register
 
@@ -51,11 +51,11 @@ def configurations(cfg: dict, n: int, k: int, rate: float):
         out.append(("RandomFeaturePCA", f"m={m}", lambda m=m: RandomFeaturePCA(k, n_features=m, random_state=SEED),
                     2 * n * m * (D + m) / rate, 8 * m * m / 2**30))
     for M in cfg["dsgd"]:
-        budget = max(2048, 64 * k) if M == "auto" else M
+        budget = default_budget(k) if M == "auto" else M
         make = (lambda: DSGDKernelPCA(k, random_state=SEED)) if M == "auto" else \
             (lambda M=M: DSGDKernelPCA(k, n_features=M, random_state=SEED))
         out.append(("DSGDKernelPCA", "defaults" if M == "auto" else f"M={M}", make,
-                    2.5 * 2 * n * budget * (D + 2 * (2 * k + 10)) / rate, 8 * 4096**2 / 2**30))
+                    pass_flops(n, budget, k, d=D) / rate, 8 * 4096**2 / 2**30))
     return out
 
 

@@ -94,7 +94,7 @@ def measure_mnist_halves(ctx) -> Report:
 
     with _running(ctx):
         summary = mnist_halves.run(_work(ctx, "mnist-halves"), data_home=ctx.data_home, **(
-            HALVES_QUICK if ctx.quick else HALVES_FULL))
+            ctx.config(HALVES_FULL, HALVES_QUICK)))
     records, k, n_train = summary["results"], summary["k"], summary["n_train"]
     rows = []
     for r in records:
@@ -163,7 +163,7 @@ MACHINES_QUICK = {"sample": True, "n_features": 1024, "max_passes": 3, "svc_step
 def measure_mnist_machines(ctx) -> Report:
     from pipelines import mnist_machines
 
-    cfg = MACHINES_QUICK if ctx.quick else MACHINES_FULL
+    cfg = ctx.config(MACHINES_FULL, MACHINES_QUICK)
     summary = _in_process(ctx, mnist_machines.run, _work(ctx, "mnist-machines"), data_home=ctx.data_home, **cfg)
     rows = [{"method": r["method"], "rows": r["rows"], "features": r["features"] or None,
              "test_error": r["test_error"], "test_error_pct": 100 * r["test_error"], "fit_seconds": r["fit_seconds"],
@@ -212,7 +212,7 @@ def measure_a9a_machines(ctx) -> Report:
     from dsgd_dask.datasets import load_a9a
     from pipelines import a9a_machines
 
-    cfg = A9A_QUICK if ctx.quick else A9A_FULL
+    cfg = ctx.config(A9A_FULL, A9A_QUICK)
     summary = _in_process(ctx, a9a_machines.run, _work(ctx, "a9a-machines"), data_home=ctx.data_home, **cfg)
     _, yt = load_a9a("test", sample=True) if ctx.quick else load_a9a("test", data_home=ctx.data_home)
     majority = float(max((yt == 1).mean(), (yt == -1).mean()))
@@ -281,7 +281,7 @@ def _qm7_label(method: str) -> str:
 def measure_qm7_ridge(ctx) -> Report:
     from pipelines import qm7_ridge
 
-    cfg = QM7_QUICK if ctx.quick else QM7_FULL
+    cfg = ctx.config(QM7_FULL, QM7_QUICK)
     summary = _in_process(ctx, qm7_ridge.run, _work(ctx, "qm7-ridge"), data_home=ctx.data_home, **cfg)
     records = summary["results"]
     rows = []

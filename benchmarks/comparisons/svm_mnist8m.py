@@ -76,10 +76,7 @@ def measure(ctx) -> Report:
     curves["DSGDKernelRidge (cg, one-hot)"] = budget.curve
     ctx.keep(rows)
 
-    def svc_error(model):
-        return {"test_error": float((model.evaluate(Xt).argmax(axis=1) != yt).mean())}
-
-    budget = Budget(cfg["dsgd_seconds"], svc_error)
+    budget = Budget(cfg["dsgd_seconds"], error_of)
     svc = DSGDKernelSVC(alpha=nu, n_features=cfg["dsgd_features"], max_iter=cfg["svc_steps"], bandwidth=bandwidth,
                         random_state=SEED)
     with PeakMemory() as mem:
