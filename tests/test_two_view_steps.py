@@ -46,10 +46,11 @@ def _raising_scheduler(*args, **kwargs):
 # solution and what remains is the optimiser's error and the final rotation on the sample.
 
 
-def test_kcca_matches_exact_kernel_cca(halves):
+@pytest.mark.parametrize("solver", ["auto", "steps"])
+def test_kcca_matches_exact_kernel_cca(halves, solver):
     A, B = halves
     k = 5
-    est = DSGDKernelCCA(k, random_state=0).fit(A, B)
+    est = DSGDKernelCCA(k, solver=solver, random_state=0).fit(A, B)
     exact = ExactKernelCCA(k, bandwidth_x=est.bandwidth_[0], bandwidth_y=est.bandwidth_[1], reg=est.reg).fit(A, B)
     assert np.abs(est.correlations_ - exact.correlations_).max() < 0.02
     U, V = est.transform(A, B)
@@ -133,7 +134,8 @@ def stores(tmp_path_factory, halves):
     return str(root / "a.zarr"), str(root / "b.zarr")
 
 
-CLUSTER = dict(n_features=256, block_size=128, batch_size=64, max_iter=60, random_state=5)
+# the step engine's guarantees (the passes solver has its own, in test_two_view_passes.py)
+CLUSTER = dict(n_features=256, block_size=128, batch_size=64, max_iter=60, random_state=5, solver="steps")
 
 
 @pytest.fixture(scope="module")

@@ -39,6 +39,37 @@ def slice_rows(n_features: int) -> int:
     return int(min(4096, max(128, SLICE_FLOATS // max(n_features, 1))))
 
 
+def _sections(features, Xp: np.ndarray, n_blocks: int, raw_coef: np.ndarray, shift: np.ndarray):
+    """The raw features of prepared rows minus ``shift`` (``rows x M``) and their product with ``raw_coef``."""
+    m = features.block_size
+    rows = Xp.shape[0]
+    buf = np.empty((rows, n_blocks * m), dtype=features.dtype)
+
+    def first(b0, b1, page):
+        r = features.raw(Xp, page, out=buf[:, b0 * m:b1 * m])
+        r -= shift[b0 * m:b1 * m]
+        return r @ raw_coef[b0 * m:b1 * m]
+
+    u = np.zeros((rows, raw_coef.shape[1]))
+    for up in features.map_pages(0, n_blocks, first, n_rows=rows):
+        u += up
+    return buf, u
+
+
+def _transposed_products(features, n_blocks: int, buf: np.ndarray, H: np.ndarray, out: np.ndarray) -> None:
+    """``out[:M] += buf^T H`` (``H`` in the feature precision), page by page of blocks in parallel threads."""
+    m = features.block_size
+    spans = _spans(features, n_blocks)
+
+    def second(span):
+        b0, b1 = span
+        return buf[:, b0 * m:b1 * m].T @ H
+
+    parts = map_ordered(second, spans, parallel=buf.shape[0] * buf.shape[1] * H.shape[1] >= (1 << 21))
+    for (b0, b1), part in zip(spans, parts, strict=True):
+        out[b0 * m:b1 * m] += part
+
+
 def slab_sums(X: np.ndarray, features, n_blocks: int, raw_coef: np.ndarray, shift: np.ndarray) -> np.ndarray:
     """The packed sums of one slab of rows (see the module docstring).
 
@@ -54,38 +85,16 @@ def slab_sums(X: np.ndarray, features, n_blocks: int, raw_coef: np.ndarray, shif
     shift : ndarray of shape (n_blocks * m,)
         Subtracted from the raw features (near their mean: no cancellation in float32).
     """
-    m = features.block_size
     M, p = raw_coef.shape
-    dtype = features.dtype
-    spans = _spans(features, n_blocks)
     out = np.zeros((M + 1, p + 1))
     step = slice_rows(M)
     with one_blas_thread():
         for r0 in range(0, X.shape[0], step):
-            Xp = features.prepare(X[r0:r0 + step])
-            rows = Xp.shape[0]
-            buf = np.empty((rows, M), dtype=dtype)
-
-            def first(b0, b1, page, Xp=Xp, buf=buf):
-                r = features.raw(Xp, page, out=buf[:, b0 * m:b1 * m])
-                r -= shift[b0 * m:b1 * m]
-                return r @ raw_coef[b0 * m:b1 * m]
-
-            u = np.zeros((rows, p))
-            for up in features.map_pages(0, n_blocks, first, n_rows=rows):
-                u += up
-            u32 = u.astype(dtype)
-
-            def second(span, buf=buf, u32=u32):
-                b0, b1 = span
-                return buf[:, b0 * m:b1 * m].T @ u32
-
-            parts = map_ordered(second, spans, parallel=rows * M * p >= (1 << 21))
-            for (b0, b1), part in zip(spans, parts, strict=True):
-                out[b0 * m:b1 * m, :p] += part
+            buf, u = _sections(features, features.prepare(X[r0:r0 + step]), n_blocks, raw_coef, shift)
+            _transposed_products(features, n_blocks, buf, u.astype(features.dtype), out[:M, :p])
             out[:M, p] += buf.sum(axis=0, dtype=np.float64)
             out[M, :p] += u.sum(axis=0)
-            out[M, p] += rows
+            out[M, p] += buf.shape[0]
     return out
 
 
@@ -196,3 +205,97 @@ def full_pass(view: DataView, features, n_blocks: int, V: np.ndarray, shift: np.
         sV = mean_raw_shift @ V
         cov_times += np.outer(mean_raw_shift, ubar) + np.outer(delta, sV) + np.outer(mean_raw_shift, sV)
     return PassSums(round(n), cov_times, mean_raw_shift + delta)
+
+
+# -- two views -------------------------------------------------------------------------------
+def slab_cross_sums(S: np.ndarray, fx, fy, n_blocks: int, x_cols: slice, y_cols: slice, raw_a: np.ndarray,
+                    raw_b: np.ndarray, shift_x: np.ndarray, shift_y: np.ndarray) -> np.ndarray:
+    """Packed sums of one slab of stacked rows for :func:`cross_pass` (flat float64).
+
+    With ``r``, ``s`` the raw features of the two views minus their shifts and
+    ``H = [r raw_a, s raw_b]`` (``rows x 2q``): ``r^T H`` and ``sum r`` (``Mx x (2q + 1)``),
+    ``s^T H`` and ``sum s`` (``My x (2q + 1)``), then ``sum H`` and the row count.
+    """
+    Mx, My, q = raw_a.shape[0], raw_b.shape[0], raw_a.shape[1]
+    ox = np.zeros((Mx, 2 * q + 1))
+    oy = np.zeros((My, 2 * q + 1))
+    tail = np.zeros(2 * q + 1)
+    step = slice_rows(Mx + My)
+    with one_blas_thread():
+        for r0 in range(0, S.shape[0], step):
+            part = S[r0:r0 + step]
+            bx, u = _sections(fx, fx.prepare(part[:, x_cols]), n_blocks, raw_a, shift_x)
+            by, v = _sections(fy, fy.prepare(part[:, y_cols]), n_blocks, raw_b, shift_y)
+            H = np.hstack([u, v])
+            _transposed_products(fx, n_blocks, bx, H.astype(fx.dtype), ox[:, :2 * q])
+            _transposed_products(fy, n_blocks, by, H.astype(fy.dtype), oy[:, :2 * q])
+            ox[:, 2 * q] += bx.sum(axis=0, dtype=np.float64)
+            oy[:, 2 * q] += by.sum(axis=0, dtype=np.float64)
+            tail[:2 * q] += H.sum(axis=0)
+            tail[2 * q] += part.shape[0]
+    return np.concatenate([ox.ravel(), oy.ravel(), tail])
+
+
+@dataclass
+class CrossSums:
+    """The centred products of one two-view pass, in the space of the (whitened) features.
+
+    ``xx = Cov(z_x) A``, ``xy = Cov(z_x, z_y) B``, ``yy = Cov(z_y) B``, ``yx = Cov(z_y, z_x) A``;
+    ``mean_x``, ``mean_y`` the mean feature vectors; ``n`` the rows seen.
+    """
+
+    n: int
+    xx: np.ndarray
+    xy: np.ndarray
+    yy: np.ndarray
+    yx: np.ndarray
+    mean_x: np.ndarray
+    mean_y: np.ndarray
+
+
+def cross_pass(view: DataView, features: tuple, n_blocks: int, A: np.ndarray, B: np.ndarray, shifts: tuple,
+               cols: tuple[slice, slice], token: str = "", features_refs=None) -> CrossSums:
+    """The four covariance products of two views with ``q`` directions each, in one pass over the stacked rows.
+
+    ``view`` stacks the rows of both views (columns ``cols``); ``A`` (``Mx x q``) and ``B``
+    (``My x q``) are coefficients of the first ``n_blocks`` blocks of each view's
+    ``features``; ``shifts`` the raw features' means on a sample. As :func:`full_pass`:
+    one task per row chunk and a tree reduction for dask input, slabs for numpy, the
+    feature sets (or their ``distributed`` futures, ``features_refs``) and the
+    coefficients entering the graph once.
+    """
+    fx, fy = features
+    q = A.shape[1]
+    if B.shape[1] != q:
+        raise ValueError(f"A and B must have the same number of columns, got {q} and {B.shape[1]}")
+    raw_a = fx.fold(A).astype(fx.dtype)
+    raw_b = fy.fold(B).astype(fy.dtype)
+    sx = np.asarray(shifts[0], dtype=fx.dtype)
+    sy = np.asarray(shifts[1], dtype=fy.dtype)
+    Mx, My = raw_a.shape[0], raw_b.shape[0]
+    args = (fx, fy, n_blocks, cols[0], cols[1], raw_a, raw_b, sx, sy)
+    if view.is_dask:
+        tok = tokenize(token, raw_a, raw_b, sx, sy, n_blocks)
+        refs = features_refs if features_refs is not None else tuple(
+            dask.delayed(f, name=f"dsgd-features-{v}-{tokenize(token)}", traverse=False)
+            for v, f in enumerate(features))
+        args = (refs[0], refs[1], n_blocks, cols[0], cols[1],
+                *(dask.delayed(a, name=f"dsgd-{name}-{tok}", traverse=False)
+                  for name, a in (("coef-x", raw_a), ("coef-y", raw_b), ("shift-x", sx), ("shift-y", sy))))
+    w = 2 * q + 1
+    total = reduce_row_chunks(view, slab_cross_sums, args, (Mx + My) * w + w, "dsgd-cross-pass")
+    ox = total[:Mx * w].reshape(Mx, w)
+    oy = total[Mx * w:(Mx + My) * w].reshape(My, w)
+    tail = total[(Mx + My) * w:]
+    n = tail[2 * q]
+    hbar = tail[:2 * q] / n
+    out = []
+    for f, o in ((fx, ox), (fy, oy)):
+        prod = f.unfold(o[:, :2 * q]) / n
+        delta = f.unfold(o[:, 2 * q:])[:, 0] / n
+        prod -= np.outer(delta, hbar)
+        out.append((prod, delta))
+    (px, dx), (py, dy) = out
+    mean_x = fx.unfold(sx.astype(np.float64)[:, None])[:, 0] + dx
+    mean_y = fy.unfold(sy.astype(np.float64)[:, None])[:, 0] + dy
+    return CrossSums(round(n), px[:, :q], px[:, q:], py[:, q:], py[:, :q], mean_x, mean_y)

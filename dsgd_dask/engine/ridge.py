@@ -107,8 +107,11 @@ class BlockJacobi:
         return np.concatenate([cho_solve(f, R[i * m:(i + 1) * m]) for i, f in enumerate(self.factors)])
 
 
-def landmark_moment(features, n_blocks: int) -> np.ndarray:
+def landmark_moment(features, n_blocks: int, gram: np.ndarray | None = None) -> np.ndarray:
     """``W^T K_LL^2 W / M`` of Nyström features: their second moment over their own ``M`` landmark rows.
+
+    ``gram``, an ``M x M`` array (float32 is enough), receives ``W^T K_LL W`` on the way:
+    the features' Gram matrix in the RKHS (``a^T gram a = ||z a||_H^2``).
 
     Only the upper triangle (of the C-ordered result) is filled, tile by tile of the
     feature blocks; the lower one is zero. ``G = W^T K_LL`` (``M x M``) is made
@@ -134,6 +137,11 @@ def landmark_moment(features, n_blocks: int) -> np.ndarray:
 
     with one_blas_thread():
         map_ordered(whitened, range(n_blocks))
+        if gram is not None:
+            def gram_block(j):
+                gram[:, j * m:(j + 1) * m] = out[:, j * m:(j + 1) * m] @ features.normalization[j]
+
+            map_ordered(gram_block, range(n_blocks))
         for i in range(n_blocks):
             tiles = map_ordered(tile, [(i, j) for j in range(i, n_blocks)])
             out[i * m:(i + 1) * m, :i * m] = 0.0
@@ -150,17 +158,29 @@ class LandmarkPreconditioner:
     lacks. A floor under ``alpha`` (``M eps`` times the trace, far below any useful
     ``alpha``) keeps the factorisation defined when the features are linearly
     dependent (repeated landmarks give zero columns of the whitening).
+
+    With ``rkhs=True`` the penalty is the RKHS norm of the function instead of the
+    coefficients' norm: the factor is of ``W^T K_LL^2 W / M + alpha W^T K_LL W + ridge W^T W``
+    (``ridge`` on the norm of the coefficients of the kernel sections), and :attr:`gram`
+    (float32, ``M x M``) keeps ``W^T K_LL W`` for the solver's own use.
     """
 
-    def __init__(self, features, n_blocks: int, alpha: float):
+    def __init__(self, features, n_blocks: int, alpha: float, rkhs: bool = False, ridge: float = 0.0):
         floor = None
+        M = n_blocks * features.block_size
+        self.gram = np.empty((M, M), dtype=np.float32) if rkhs else None
         for _ in range(3):
-            C = landmark_moment(features, n_blocks)
-            M = C.shape[0]
+            C = landmark_moment(features, n_blocks, gram=self.gram)
             diag = C.reshape(-1)[::M + 1]  # a view
             if floor is None:
-                floor = max(alpha, M * np.finfo(np.float64).eps * float(diag.sum()))
+                floor = max(0.0 if rkhs else alpha, M * np.finfo(np.float64).eps * float(diag.sum()))
             diag += floor
+            if rkhs:
+                m = features.block_size
+                for i in range(n_blocks):  # the upper triangle, block row by block row: no M^2 temporary
+                    C[i * m:(i + 1) * m, i * m:] += alpha * self.gram[i * m:(i + 1) * m, i * m:]
+                    N = features.normalization[i]
+                    C[i * m:(i + 1) * m, i * m:(i + 1) * m] += ridge * (N.T @ N)
             try:
                 # the C-ordered upper triangle is the lower one of the Fortran-ordered
                 # transpose: LAPACK factors it in place

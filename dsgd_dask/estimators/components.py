@@ -139,10 +139,15 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
                 ckpt.seed = self.seed_
                 if found is not None:
                     self.state_ = found[1]
-            self._run_steps(view, self._params["max_iter"], epoch_offset=0, callback=callback, checkpointer=ckpt)
-            self._finish(self._sample)
+            self._solve(view, callback, ckpt)
         del self._sample
         return self
+
+    def _solve(self, view: DataView, callback, checkpointer) -> None:
+        """Fit the initialised functions: the steps, then the final rotation on the sample."""
+        self._run_steps(view, self._params["max_iter"], epoch_offset=0, callback=callback,
+                        checkpointer=checkpointer)
+        self._finish(self._sample)
 
     def _partial_fit(self, X, Y, **target):
         first = not hasattr(self, "state_")

@@ -2,16 +2,37 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import numpy as np
 from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
-from dsgd_dask._validation import check_float
-from dsgd_dask.estimators._steps import register
-from dsgd_dask.estimators.components import ComponentStepEstimator
+from dsgd_dask._threads import map_ordered
+from dsgd_dask._validation import check_choice, check_float, check_int
+from dsgd_dask.engine.distributed import active_client
+from dsgd_dask.engine.passes import cross_pass
+from dsgd_dask.engine.ridge import LandmarkPreconditioner
+from dsgd_dask.engine.steps import StepState
+from dsgd_dask.estimators._steps import model_fingerprint, register
+from dsgd_dask.estimators.components import N_INIT, ComponentStepEstimator
 from dsgd_dask.metrics import paired_correlations
-from dsgd_dask.rules.solutions import cross_svd, ridge_cca
+from dsgd_dask.model.expansion import KernelExpansion
+from dsgd_dask.progress import pass_bar
+from dsgd_dask.rules.solutions import cca_ritz, cross_svd, ridge_cca
+from dsgd_dask.rules.subspace import orthonormal
 from dsgd_dask.rules.two_view import KCCARule, KSVDRule
+
+#: Directions carried beyond ``n_components`` by the passes of kernel CCA.
+CCA_OVERSAMPLES = 10
+#: Default largest number of full-data passes of kernel CCA.
+CCA_MAX_PASSES = 30
+#: Floats of raw features of the sample rows that set the passes' shift.
+SHIFT_FLOATS = 1 << 24
+#: The passes' precision ridge on the coefficients ``c`` of the kernel sections ``r``, in
+#: units of ``eps^2 E|r - E r|^2``: the variance of the round-off of ``r c`` in the feature
+#: precision. Functions whose variance is below it are round-off, not signal.
+PRECISION_UNITS = 100.0
 
 _SHARED_PARAMS = """\
     n_components : int, default=2
@@ -262,6 +283,14 @@ class DSGDKernelCCA(_TwoViewEstimator):
         Ridge ``gamma > 0`` in units of the kernel (``k(x, x) = 1`` for the Gaussian
         kernel). Without it kernel CCA is ill-posed: any two views of distinct rows
         reach correlation 1.
+    solver : {"auto", "passes", "steps"}, default="auto"
+        ``"passes"``: full-data passes of a preconditioned block eigensolver on the
+        Nyström blocks, with ``reg`` on the RKHS norm of the functions (see Notes);
+        ``"steps"``: the doubly stochastic steps, with ``reg`` on the coefficients.
+        ``"auto"``: passes for Nyström blocks, steps for Fourier blocks.
+    tol : float, default=1e-3
+        Passes: stop after the first pass that changes no canonical correlation by
+        more than ``tol``.
 
     Attributes
     ----------
@@ -282,7 +311,26 @@ class DSGDKernelCCA(_TwoViewEstimator):
 
     Notes
     -----
-    With ``u = F(x)``, ``v = G(y)`` on a batch and ``W = Cov(u, v) + Cov(v, u)``, every
+    **Passes.** The functions are ``f = z_x a`` and ``g = z_y b`` on all ``M`` Nyström
+    features of each view (``J`` blocks whitened each on its own, ``W`` the block-diagonal
+    whitening), and the penalty is ``reg ||f||_H^2 = reg a^T W^T K_LL W a``: the problem is
+    kernel CCA on the span of the ``M`` landmarks' kernel sections, the one
+    :class:`~dsgd_dask.baselines.NystroemCCA` with ``M`` landmarks solves, without an
+    ``M x M`` covariance. Each pass over the rows gives ``Cxx A``, ``Cxy B``, ``Cyy B`` and
+    ``Cyx A`` for bases ``A``, ``B`` of ``q`` directions each (a tree reduction over row
+    chunks, every worker at once), then a Rayleigh–Ritz step: the CCA problem restricted to
+    the bases. The next bases hold the Ritz vectors, the residuals preconditioned by
+    ``(W^T K_LL^2 W / M + reg W^T K_LL W)^{-1}`` (the features' second moment on their
+    own landmark rows: one Cholesky factor per view, ``M^2`` float64, and the Gram matrix
+    ``W^T K_LL W`` in float32, no data pass) and the previous Ritz vectors: a block
+    LOBPCG (Knyazev 2001) on the generalized eigenproblem of CCA. A precision ridge
+    ``100 eps^2 E|r|^2 |c|^2`` on the coefficients ``c = W a`` of the kernel sections ``r``
+    (``eps`` of ``compute_dtype``) is added to each view's penalty: a function whose
+    variance is below the round-off of ``r c`` is not resolved by the features (about
+    ``1e-10`` here against ``reg``). ``max_iter`` counts passes (``"auto"``: 30).
+    :meth:`partial_fit` always takes steps.
+
+    **Steps.** With ``u = F(x)``, ``v = G(y)`` on a batch and ``W = Cov(u, v) + Cov(v, u)``, every
     block ``A_j <- A_j (I - eta reg W)`` and the step's block gains
     ``eta (Cov(z(x), v) - Cov(z(x), u) W)`` (for ``F``; symmetrically for ``G``). At the
     end the pairs are rotated to the canonical pairs of the ``k x k`` problem on a seeded
@@ -310,9 +358,10 @@ class DSGDKernelCCA(_TwoViewEstimator):
     """
 
     def __init__(self, n_components=2, *, kernel_x="gaussian", kernel_y="gaussian", bandwidth_x="median",
-                 bandwidth_y="median", kernel_params_x=None, kernel_params_y=None, reg=1e-3, features="nystroem",
-                 n_features="auto", block_size="auto", batch_size=256, max_iter="auto", shuffle_chunks=1,
-                 n_partitions=1, eta0=0.5, eta_decay=0.01, compute_dtype="float32", cache_bytes=None,
+                 bandwidth_y="median", kernel_params_x=None, kernel_params_y=None, reg=1e-3, solver="auto",
+                 tol=1e-3, features="nystroem", n_features="auto", block_size="auto", batch_size=256,
+                 max_iter="auto", shuffle_chunks=1, n_partitions=1, eta0=0.5, eta_decay=0.01,
+                 compute_dtype="float32", cache_bytes=None,
                  checkpoint=None, checkpoint_every=100, verbose=False, random_state=None):
         self.n_components = n_components
         self.kernel_x = kernel_x
@@ -322,6 +371,8 @@ class DSGDKernelCCA(_TwoViewEstimator):
         self.kernel_params_x = kernel_params_x
         self.kernel_params_y = kernel_params_y
         self.reg = reg
+        self.solver = solver
+        self.tol = tol
         self.features = features
         self.n_features = n_features
         self.block_size = block_size
@@ -341,7 +392,133 @@ class DSGDKernelCCA(_TwoViewEstimator):
     def _check_params(self, n_samples: int) -> dict:
         p = self._check_common(n_samples)
         p["reg"] = check_float(self.reg, "reg")
+        solver = check_choice(self.solver, "solver", ("auto", "passes", "steps"))
+        if solver == "auto":
+            solver = "passes" if p["features"] == "nystroem" else "steps"
+        if solver == "passes" and p["features"] != "nystroem":
+            raise ValueError("solver='passes' needs features='nystroem' (its penalty is the RKHS norm of "
+                             "the landmarks' kernel sections)")
+        p["solver"] = solver
+        p["tol"] = check_float(self.tol, "tol")
+        if solver == "passes":
+            p["max_iter"] = (CCA_MAX_PASSES if self.max_iter == "auto" else check_int(self.max_iter, "max_iter"))
         return p
+
+    # -- the passes solver --------------------------------------------------------------------
+    def _solve(self, view, callback, checkpointer) -> None:
+        if self._params["solver"] == "steps":
+            super()._solve(view, callback, checkpointer)
+            return
+        self._fit_passes(view, callback, checkpointer)
+
+    def _pass_setup(self):
+        """Shifts, precision ridges, preconditioners (with the Gram matrices) and the starting bases."""
+        p = self._params
+        J, m, k, reg = p["n_blocks"], p["block_size"], p["n_components"], p["reg"]
+        M = J * m
+        cols = self._columns()
+        sample = self._sample
+        rows = int(min(sample.shape[0], max(N_INIT, SHIFT_FLOATS // M)))
+        shifts, ridges, z = [], [], []
+        for v, f in enumerate(self._features):
+            xs = sample[:, cols[v]]
+            raw = f.raw_transform(xs[:rows], 0, J).astype(np.float64)
+            shifts.append(raw.mean(axis=0))
+            spread = float(((raw - shifts[-1]) ** 2).sum(axis=1).mean())
+            del raw
+            ridges.append(PRECISION_UNITS * float(np.finfo(f.dtype).eps) ** 2 * spread)
+            zv = f.transform(xs, 0, 1).astype(np.float64)
+            zv -= zv.mean(axis=0)
+            z.append(zv)
+        precond = [LandmarkPreconditioner(f, J, reg, rkhs=True, ridge=ridges[v])
+                   for v, f in enumerate(self._features)]
+        self._ridges = ridges
+        # the first block of each view is whitened by its own K_LL^{-1/2}: its Gram matrix is
+        # the identity on its range, so the start is ridge CCA of the first blocks on the sample
+        width = min(k + CCA_OVERSAMPLES, m)
+        n = z[0].shape[0]
+        _, A0, B0 = ridge_cca(z[0].T @ z[0] / n, z[1].T @ z[1] / n, z[0].T @ z[1] / n, reg, width)
+        Ax, By = np.zeros((M, width)), np.zeros((M, width))
+        Ax[:m], By[:m] = A0, B0
+        return tuple(shifts), precond, orthonormal(Ax), orthonormal(By), width
+
+    def _penalty(self, v: int, pre: LandmarkPreconditioner, A: np.ndarray) -> np.ndarray:
+        """``(reg W^T K_LL W + ridge W^T W + floor I) A``, row block by row block in parallel threads."""
+        m, reg = self._params["block_size"], self._params["reg"]
+        f = self._features[v]
+        A32 = A.astype(np.float32)
+        parts = map_ordered(lambda i: pre.gram[i * m:(i + 1) * m] @ A32, range(A.shape[0] // m))
+        return (reg * np.vstack(parts).astype(np.float64) + self._ridges[v] * f.unfold(f.fold(A))
+                + pre.floor * A)
+
+    def _fit_passes(self, view, callback=None, checkpointer=None) -> None:
+        """Block LOBPCG passes for the canonical pairs, until no correlation moves by more than ``tol``."""
+        p = self._params
+        J, k, tol = p["n_blocks"], p["n_components"], p["tol"]
+        features = self._features
+        cols = self._columns()
+        shifts, precond, Ax, By, width = self._pass_setup()
+        passes, done, prev_rho, prev = 0, False, None, None
+        result = None
+        if checkpointer is not None and checkpointer.extra:
+            ex = checkpointer.extra
+            if "passes" not in ex:
+                raise ValueError(f"the checkpoint at {checkpointer.path} was not written by the passes solver; "
+                                 "remove it to fit from the start")
+            Ax, By = (np.asarray(c) for c in self.state_.coef)
+            passes, done = int(ex["passes"][0]), bool(ex["passes"][1])
+            prev_rho = ex["rho"] if passes else None
+            if passes:
+                result = (ex["rho"], ex["a"], ex["b"], ex["mean_x"], ex["mean_y"])
+                prev = (ex["a"], ex["b"])
+        self.convergence_ = []
+        token = model_fingerprint(KernelExpansion(features[0], np.zeros((Ax.shape[0], 1))))
+        client = active_client() if view.is_dask else None
+        refs = (tuple(client.scatter(f, broadcast=True, hash=False) for f in features)
+                if client is not None else None)
+        bar = pass_bar(p["max_iter"]) if self.verbose else nullcontext()
+        with bar as progress:
+            while not done and passes < p["max_iter"]:
+                sums = cross_pass(view, features, J, Ax, By, shifts, cols, token=token, features_refs=refs)
+                rho, a, b, res_a, res_b = cca_ritz(Ax, By, sums, self._penalty(0, precond[0], Ax),
+                                                   self._penalty(1, precond[1], By), width)
+                passes += 1
+                change = float(np.abs(rho[:k] - prev_rho[:k]).max()) if prev_rho is not None else float("inf")
+                done = change <= tol
+                result = (rho, a[:, :k], b[:, :k], sums.mean_x, sums.mean_y)
+                self.convergence_.append({"pass": passes, "rows": sums.n, "change": change,
+                                          "correlations": rho[:k].tolist()})
+                keep = [a, precond[0](res_a[:, :k])], [b, precond[1](res_b[:, :k])]
+                if prev is not None:
+                    keep[0].append(prev[0])
+                    keep[1].append(prev[1])
+                prev = (a[:, :k], b[:, :k])
+                Ax, By = orthonormal(np.hstack(keep[0])), orthonormal(np.hstack(keep[1]))
+                prev_rho = rho
+                if progress is not None:
+                    progress(passes, change, change)
+                if checkpointer is not None:
+                    checkpointer.save(StepState((Ax, By), passes, 0.0),
+                                      {"passes": np.array([passes, done]), "rho": rho, "a": result[1],
+                                       "b": result[2], "mean_x": result[3], "mean_y": result[4]})
+                if callback is not None:
+                    callback(passes, (KernelExpansion(features[0], result[1]),
+                                      KernelExpansion(features[1], result[2])))
+        del refs, precond
+        if result is None:
+            raise ValueError("max_iter must allow at least one pass over the data")
+        rho, a, b, mean_x, mean_y = result
+        self.n_iter_ = self.n_passes_ = passes
+        self.state_ = StepState((a, b), 0, self.state_.eta_scale)
+        self.correlations_ = np.asarray(rho[:k], dtype=np.float64)
+        models = []
+        for f, coef, mean in ((features[0], a, mean_x), (features[1], b, mean_y)):
+            model = KernelExpansion(f, coef, mean @ coef)
+            model.token = model_fingerprint(model)
+            models.append(model)
+        self.models_ = tuple(models)
+        self.n_features_ = a.shape[0]
+        self._n_features_out = k
 
     def _make_rule(self, columns, guard_limit: float):
         return KCCARule(columns, True, guard_limit, self._params["reg"])

@@ -221,3 +221,31 @@ def between_slice_covariance(counts: np.ndarray, sums: np.ndarray) -> np.ndarray
     """``Cb = sum_s p_s (mu_s - mu)(mu_s - mu)^T`` from per-slice row counts and feature sums: ``(M, M)``."""
     G = between_slice_factor(counts, sums)
     return G.T @ G
+
+
+def cca_ritz(Ax: np.ndarray, By: np.ndarray, sums, pen_a: np.ndarray, pen_b: np.ndarray, k: int):
+    """Rayleigh–Ritz for regularised CCA on the bases ``Ax``, ``By`` (one two-view pass), with residuals.
+
+    Solves the CCA problem ``Cxy b = rho (Cxx + Px) a``, ``Cyx a = rho (Cyy + Py) b``
+    restricted to ``a`` in the span of ``Ax`` and ``b`` in that of ``By``, given the pass's
+    products ``sums`` (:class:`~dsgd_dask.engine.passes.CrossSums`: ``Cxx Ax``, ``Cxy By``,
+    ``Cyy By``, ``Cyx Ax``) and the penalties' products ``pen_a = Px Ax``,
+    ``pen_b = Py By``.
+
+    Returns
+    -------
+    rho : ndarray of shape (k,)
+        Ritz values (regularised canonical correlations), decreasing.
+    a, b : ndarray of shape (M, k)
+        Ritz vectors, ``a^T (Cxx + Px) a = I`` (and for ``b``).
+    res_a, res_b : ndarray of shape (M, k)
+        Residuals ``Cxy b - rho (Cxx + Px) a`` and ``Cyx a - rho (Cyy + Py) b``.
+    """
+    Dx = sums.xx + pen_a
+    Dy = sums.yy + pen_b
+    Gx = Ax.T @ Dx
+    Gy = By.T @ Dy
+    rho, Ca, Cb = ridge_cca(0.5 * (Gx + Gx.T), 0.5 * (Gy + Gy.T), Ax.T @ sums.xy, 0.0, k)
+    res_a = sums.xy @ Cb - (Dx @ Ca) * rho
+    res_b = sums.yx @ Ca - (Dy @ Cb) * rho
+    return rho, Ax @ Ca, By @ Cb, res_a, res_b
