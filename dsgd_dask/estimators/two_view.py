@@ -320,7 +320,7 @@ class DSGDKernelCCA(_TwoViewEstimator):
     ``Cyx A`` for bases ``A``, ``B`` of ``q`` directions each (a tree reduction over row
     chunks, every worker at once), then a Rayleigh–Ritz step: the CCA problem restricted to
     the bases. The next bases hold the Ritz vectors, the residuals preconditioned by
-    ``(W^T K_LL^2 W / M + reg W^T K_LL W)^{-1}`` (the features' second moment on their
+    ``(W^T K_LL^2 W / M + reg W^T K_LL W + ridge W^T W)^{-1}`` (the features' second moment on their
     own landmark rows: one Cholesky factor per view, ``M^2`` float64, and the Gram matrix
     ``W^T K_LL W`` in float32, no data pass) and the previous Ritz vectors: a block
     LOBPCG (Knyazev 2001) on the generalized eigenproblem of CCA. A precision ridge
@@ -472,7 +472,7 @@ class DSGDKernelCCA(_TwoViewEstimator):
                 result = (ex["rho"], ex["a"], ex["b"], ex["mean_x"], ex["mean_y"])
                 prev = (ex["a"], ex["b"])
         self.convergence_ = []
-        token = model_fingerprint(KernelExpansion(features[0], np.zeros((Ax.shape[0], 1))))
+        token = "-".join(model_fingerprint(KernelExpansion(f, np.zeros((Ax.shape[0], 1)))) for f in features)
         client = active_client() if view.is_dask else None
         refs = (tuple(client.scatter(f, broadcast=True, hash=False) for f in features)
                 if client is not None else None)
