@@ -113,6 +113,13 @@ def _chunk_sums(block, slab_fn, *args, block_info=None):
     return slab_fn(block, *args)[None]
 
 
+def features_in_graph(features, token: str, ref=None, tag: str = ""):
+    """The feature set as one key of a pass's graph: ``ref`` (a ``distributed`` future of it) or a delayed value."""
+    if ref is not None:
+        return ref
+    return dask.delayed(features, name=f"dsgd-features-{tag}{tokenize(token)}", traverse=False)
+
+
 def reduce_row_chunks(view: DataView, slab_fn, args: tuple, size: int, name: str, chunks=None) -> np.ndarray:
     """The sum over the row chunks of ``view`` of ``slab_fn(rows, *args)``, a flat float64 array of ``size``.
 
@@ -187,9 +194,8 @@ def full_pass(view: DataView, features, n_blocks: int, V: np.ndarray, shift: np.
     if view.is_dask:
         tok = tokenize(token, raw_coef, shift, n_blocks)
         # the feature set and the coefficients enter the graph once, not with every task
-        fkey = features_ref if features_ref is not None else dask.delayed(
-            features, name=f"dsgd-features-{tokenize(token)}", traverse=False)
-        args = (fkey, n_blocks, dask.delayed(raw_coef, name=f"dsgd-coef-{tok}", traverse=False),
+        args = (features_in_graph(features, token, features_ref), n_blocks,
+                dask.delayed(raw_coef, name=f"dsgd-coef-{tok}", traverse=False),
                 dask.delayed(shift, name=f"dsgd-shift-{tok}", traverse=False))
     total = reduce_row_chunks(view, _flat_slab_sums, args, (M + 1) * (p + 1), "dsgd-pass",
                               chunks=chunks).reshape(M + 1, p + 1)
@@ -276,9 +282,8 @@ def cross_pass(view: DataView, features: tuple, n_blocks: int, A: np.ndarray, B:
     args = (fx, fy, n_blocks, cols[0], cols[1], raw_a, raw_b, sx, sy)
     if view.is_dask:
         tok = tokenize(token, raw_a, raw_b, sx, sy, n_blocks)
-        refs = features_refs if features_refs is not None else tuple(
-            dask.delayed(f, name=f"dsgd-features-{v}-{tokenize(token)}", traverse=False)
-            for v, f in enumerate(features))
+        refs = tuple(features_in_graph(f, token, None if features_refs is None else features_refs[v], tag=f"{v}-")
+                     for v, f in enumerate(features))
         args = (refs[0], refs[1], n_blocks, cols[0], cols[1],
                 *(dask.delayed(a, name=f"dsgd-{name}-{tok}", traverse=False)
                   for name, a in (("coef-x", raw_a), ("coef-y", raw_b), ("shift-x", sx), ("shift-y", sy))))

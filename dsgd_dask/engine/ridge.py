@@ -29,13 +29,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import dask
 import numpy as np
-from dask.base import tokenize
 from scipy.linalg import cho_factor, cho_solve
 
 from dsgd_dask._threads import map_ordered, one_blas_thread
-from dsgd_dask.engine.passes import reduce_row_chunks, slice_rows
+from dsgd_dask.engine.passes import features_in_graph, reduce_row_chunks, slice_rows
 from dsgd_dask.streams.inputs import DataView
 
 
@@ -82,8 +80,7 @@ def ridge_pass(view: DataView, features, n_blocks: int, x_cols: slice, y_cols: s
     nb = n_blocks * m * m if with_blocks else 0
     fkey = features
     if view.is_dask:
-        fkey = features_ref if features_ref is not None else dask.delayed(
-            features, name=f"dsgd-features-{tokenize(token)}", traverse=False)
+        fkey = features_in_graph(features, token, features_ref)
     total = reduce_row_chunks(view, slab_ridge_sums, (fkey, n_blocks, x_cols, y_cols, with_blocks), nb + M * c + 1,
                               "dsgd-ridge-pass")
     n = total[-1]
