@@ -77,26 +77,27 @@ def test_ridge_by_passes_equals_kernel_ridge(sarcos, compute_dtype):
 
 
 def test_ridge_by_passes_over_blocks(sarcos):
-    # Four blocks of 250 landmarks, each whitened on its own: the passes solve the ridge on
-    # the blocks' average kernel, a Nyström approximation of the kernel on 1000 landmarks
-    # (measured 5e-3 from KernelRidge); the residual falls below tol geometrically, and
-    # the result is the minimiser of the feature-space objective (checked densely).
+    # Four blocks of 250 landmarks, each whitened on its own. The passes penalise the RKHS
+    # norm of f, so they solve kernel ridge on the span of the 1000 landmarks, whatever the
+    # blocks: here the landmarks are the 1000 rows, and that is KernelRidge itself. The
+    # landmark preconditioner is then the exact system (measured: one pass, residual 2e-9,
+    # 1.6e-5 from KernelRidge, the round-off of K + nu n I's conditioning); block-Jacobi
+    # converges to the same function (measured 7e-4 from it after 100 passes, residual 9e-6).
     X, y, Xt, _ = sarcos
     nu = 1e-4
-    est = DSGDKernelRidge(alpha=nu, solver="cg", block_size=250, n_features=1000, compute_dtype="float64",
-                          random_state=0).fit(X, y)
+    params = {"alpha": nu, "solver": "cg", "block_size": 250, "n_features": 1000, "compute_dtype": "float64",
+              "random_state": 0}
+    est = DSGDKernelRidge(**params).fit(X, y)
+    assert est.preconditioner_ == "landmarks"
+    assert len(np.unique(est.model_.features.landmarks, axis=0)) == len(X)
     res = [c["relative_residual"] for c in est.convergence_]
     assert res[-1] <= est.tol < res[0]
-    assert est.n_iter_ < 100
-    feats = est.model_.features
-    Z = feats.transform(X, 0, 4).astype(np.float64)
-    A = np.linalg.solve(Z.T @ Z / len(X) + 4 * nu * np.eye(1000), Z.T @ y / len(X))
-    # (the coefficients along near-null directions of Z^T Z are ill-determined; the function is not)
-    dense = feats.transform(Xt, 0, 4).astype(np.float64) @ A
-    assert np.linalg.norm(est.predict(Xt) - dense) / np.linalg.norm(dense) < 1e-4
+    assert est.n_iter_ <= 2
     exact = KernelRidge(alpha=nu * len(X), kernel="precomputed").fit(kernel_matrix(est.kernel_, X), y)
     ref = exact.predict(kernel_matrix(est.kernel_, Xt, X))
-    assert np.linalg.norm(est.predict(Xt) - ref) / np.linalg.norm(ref) < 0.02
+    assert np.linalg.norm(est.predict(Xt) - ref) / np.linalg.norm(ref) < 1e-4
+    bj = DSGDKernelRidge(**params, preconditioner="block").fit(X, y)
+    assert np.linalg.norm(bj.predict(Xt) - ref) / np.linalg.norm(ref) < 5e-3
 
 
 def test_ridge_by_passes_is_the_same_on_dask_chunks_and_a_cluster(sarcos):
@@ -115,9 +116,10 @@ def test_ridge_by_passes_is_the_same_on_dask_chunks_and_a_cluster(sarcos):
         model = DSGDKernelRidge(**params).fit(Xd, yd)
     np.testing.assert_array_equal(model.model_.coef, ref.model_.coef)
     # numpy input is summed in other slices: float32 round-off (1e-7), amplified by the
-    # conditioning of the system (measured 1.1e-4 on targets of unit variance)
+    # conditioning of the system (measured 8.3e-4 on targets of unit variance; each is
+    # 7e-4 and 9e-4 from the float64 fit)
     np.testing.assert_allclose(DSGDKernelRidge(**params).fit(X, y).predict(Xt), ref.predict(Xt), rtol=0,
-                               atol=5e-4)
+                               atol=2e-3)
 
 
 def test_ridge_by_passes_bad_parameters(sarcos, tmp_path):

@@ -90,13 +90,19 @@ def ridge_pass(view: DataView, features, n_blocks: int, x_cols: slice, y_cols: s
 
 
 class BlockJacobi:
-    """The preconditioner ``diag_b(E[z_b z_b^T] + alpha I)^{-1}``, one Cholesky factor per block."""
+    """The preconditioner ``diag_b(E[z_b z_b^T] + P_b + alpha I)^{-1}``, one Cholesky factor per block.
 
-    def __init__(self, blocks: np.ndarray, alpha: float):
+    ``penalty``: the diagonal blocks ``P_b`` of a penalty's matrix (``(J, m, m)``, e.g.
+    :meth:`RKHSPenalty.block_diagonal`), else none.
+    """
+
+    def __init__(self, blocks: np.ndarray, alpha: float, penalty: np.ndarray | None = None):
         m = blocks.shape[1]
         # a floor under alpha keeps blocks of linearly dependent features invertible
         floor = max(alpha, 1e-10 * max(float(np.trace(b)) / m for b in blocks))
         self.m = m
+        if penalty is not None:
+            blocks = blocks + penalty
         self.factors = [cho_factor(b + floor * np.eye(m)) for b in blocks]
 
     def __call__(self, R: np.ndarray) -> np.ndarray:
@@ -107,7 +113,7 @@ class BlockJacobi:
 def landmark_moment(features, n_blocks: int, gram: np.ndarray | None = None) -> np.ndarray:
     """``W^T K_LL^2 W / M`` of Nyström features: their second moment over their own ``M`` landmark rows.
 
-    ``gram``, an ``M x M`` array (float32 is enough), receives ``W^T K_LL W`` on the way:
+    ``gram``, an ``M x M`` array (the features' precision is enough), receives ``W^T K_LL W`` on the way:
     the features' Gram matrix in the RKHS (``a^T gram a = ||z a||_H^2``).
 
     Only the upper triangle (of the C-ordered result) is filled, tile by tile of the
@@ -147,6 +153,75 @@ def landmark_moment(features, n_blocks: int, gram: np.ndarray | None = None) -> 
     return out
 
 
+#: The passes' precision ridge on the coefficients ``c`` of the kernel sections ``r``, in
+#: units of ``eps^2 E|r|^2`` (``r`` shifted by its mean where the solver centres): the
+#: variance of the round-off of ``r c`` in the feature precision. Functions whose variance is
+#: below it are round-off, not signal.
+PRECISION_UNITS = 100.0
+
+
+def precision_ridge(raw: np.ndarray, dtype, centre: bool) -> float:
+    """The precision ridge of kernel sections ``raw`` (sample rows) computed in ``dtype``.
+
+    ``PRECISION_UNITS eps^2 E|r - s|^2`` with ``s`` the sections' mean (``centre``) or zero.
+    Without it, where Nyström blocks are redundant (each whitening alone spans nearly the
+    same functions) the system has directions that only round-off tells apart, and the
+    solver would fit the round-off.
+    """
+    raw = np.asarray(raw, dtype=np.float64)
+    if centre:
+        raw = raw - raw.mean(axis=0)
+    spread = float((raw ** 2).sum(axis=1).mean())
+    return PRECISION_UNITS * float(np.finfo(dtype).eps) ** 2 * spread
+
+
+class RKHSPenalty:
+    """``(alpha W^T K_LL W + ridge W^T W + floor I) A`` for the coefficients ``A`` of Nyström features.
+
+    ``A^T W^T K_LL W A`` is the squared RKHS norm of ``f = z A = k(., L) W A`` (``K_LL`` the
+    kernel matrix of all ``M`` landmarks, ``W`` the blocks' whitenings), so ``alpha`` times
+    it is the penalty of kernel ridge (or CCA) restricted to the landmarks' span: the
+    problem Nyström with ``M`` landmarks solves, whatever the blocks. ``ridge W^T W`` is the
+    precision ridge on the kernel-section coefficients ``W A`` (:func:`precision_ridge`).
+
+    With ``gram`` (``M x M`` in the features' precision: ``W^T K_LL W``, from
+    :class:`LandmarkPreconditioner`) a product costs ``M^2 c``; without it the rows of
+    ``K_LL`` are regenerated from the landmarks, block row by block row (``M^2 d`` per
+    product, ``m M`` of memory per thread).
+    """
+
+    def __init__(self, features, n_blocks: int, alpha: float, ridge: float = 0.0, gram: np.ndarray | None = None,
+                 floor: float = 0.0):
+        self.features = features
+        self.n_blocks = n_blocks
+        self.alpha = alpha
+        self.ridge = ridge
+        self.gram = gram
+        self.floor = floor
+
+    def __call__(self, A: np.ndarray) -> np.ndarray:
+        f, m = self.features, self.features.block_size
+        if self.gram is not None:
+            Ag = np.asarray(A, dtype=self.gram.dtype)
+            parts = map_ordered(lambda i: self.gram[i * m:(i + 1) * m] @ Ag, range(self.n_blocks))
+        else:
+            C = f.fold(A)
+            parts = map_ordered(lambda i: f.normalization[i].T @ (f.landmark_kernel(i * m, (i + 1) * m,
+                                                                                     self.n_blocks) @ C),
+                                range(self.n_blocks))
+        return self.alpha * np.vstack(parts).astype(np.float64) + self.ridge * f.unfold(f.fold(A)) + self.floor * A
+
+    def block_diagonal(self) -> np.ndarray:
+        """The ``(J, m, m)`` diagonal blocks of the penalty's matrix (without ``floor``)."""
+        f, m = self.features, self.features.block_size
+        out = np.empty((self.n_blocks, m, m))
+        for i in range(self.n_blocks):
+            N = f.normalization[i]
+            K = f.landmark_kernel(i * m, (i + 1) * m, self.n_blocks)[:, i * m:(i + 1) * m]
+            out[i] = self.alpha * (N.T @ K @ N) + self.ridge * (N.T @ N)
+        return out
+
+
 class LandmarkPreconditioner:
     """The preconditioner ``(W^T K_LL^2 W / M + alpha I)^{-1}`` of Nyström features, one Cholesky factor.
 
@@ -159,13 +234,14 @@ class LandmarkPreconditioner:
     With ``rkhs=True`` the penalty is the RKHS norm of the function instead of the
     coefficients' norm: the factor is of ``W^T K_LL^2 W / M + alpha W^T K_LL W + ridge W^T W``
     (``ridge`` on the norm of the coefficients of the kernel sections), and :attr:`gram`
-    (float32, ``M x M``) keeps ``W^T K_LL W`` for the solver's own use.
+    (``M x M``, in the features' precision) keeps ``W^T K_LL W``, and :attr:`penalty` (:class:`RKHSPenalty`)
+    multiplies by the penalty part of the factored matrix, with that Gram matrix.
     """
 
     def __init__(self, features, n_blocks: int, alpha: float, rkhs: bool = False, ridge: float = 0.0):
         floor = None
         M = n_blocks * features.block_size
-        self.gram = np.empty((M, M), dtype=np.float32) if rkhs else None
+        self.gram = np.empty((M, M), dtype=features.dtype) if rkhs else None
         for _ in range(3):
             C = landmark_moment(features, n_blocks, gram=self.gram)
             diag = C.reshape(-1)[::M + 1]  # a view
@@ -190,6 +266,7 @@ class LandmarkPreconditioner:
         else:  # pragma: no cover
             raise np.linalg.LinAlgError("the landmark preconditioner is not positive definite")
         self.floor = floor
+        self.penalty = RKHSPenalty(features, n_blocks, alpha, ridge, self.gram, floor) if rkhs else None
 
     def __call__(self, R: np.ndarray) -> np.ndarray:
         with one_blas_thread():

@@ -25,7 +25,14 @@ from dsgd_dask._threads import one_blas_thread
 from dsgd_dask._validation import check_choice, check_float
 from dsgd_dask.engine.distributed import active_client
 from dsgd_dask.engine.passes import full_pass
-from dsgd_dask.engine.ridge import BlockJacobi, CGState, LandmarkPreconditioner, ridge_pass
+from dsgd_dask.engine.ridge import (
+    BlockJacobi,
+    CGState,
+    LandmarkPreconditioner,
+    RKHSPenalty,
+    precision_ridge,
+    ridge_pass,
+)
 from dsgd_dask.engine.steps import StepState
 from dsgd_dask.estimators._steps import model_fingerprint, register
 from dsgd_dask.estimators.components import ComponentStepEstimator
@@ -273,6 +280,16 @@ class DSGDKernelRidge(RegressorMixin, _KernelMachine):
     geometrically instead of as ``O(1/t)``. Memory ``O(M c)`` whatever the number of
     rows, plus the preconditioner's (``preconditioner``); inputs stream chunk by chunk.
 
+    The passes on Nyström features penalise the RKHS norm of ``f`` itself,
+    ``||z a||_H^2 = a^T W^T K_LL W a`` (``K_LL`` the kernel matrix of all ``M`` landmarks,
+    ``W`` the blocks' whitenings): kernel ridge regression on the span of the landmarks,
+    the problem of Nyström with ``M`` landmarks (FALKON's), whatever the blocks; with every
+    row a landmark, kernel ridge regression itself. A precision ridge of ``100 eps^2
+    E|r|^2`` on the coefficients of the kernel sections ``r`` keeps the solver from
+    fitting the features' round-off where the blocks are redundant. The steps, and the
+    passes on Fourier features, penalise ``J |A|^2`` (``J`` blocks, each approximating
+    the kernel).
+
     Parameters
     ----------
     solver : {{"sgd", "cg"}}, default="sgd"
@@ -280,10 +297,10 @@ class DSGDKernelRidge(RegressorMixin, _KernelMachine):
         (``max_iter`` then counts passes after the first, ``"auto"``: {CG_MAX_PASSES}; no
         checkpoints; :meth:`partial_fit` always takes steps).
     tol : float, default=1e-6
-        ``solver="cg"``: stop once every output's residual ``|b - (E[z z^T] + alpha J) a|``
-        is below ``tol |b|``.
+        ``solver="cg"``: stop once every output's residual ``|b - (E[z z^T] + alpha P) a|``
+        (``P`` the penalty's matrix, above) is below ``tol |b|``.
     preconditioner : {{"auto", "block", "landmarks"}}, default="auto"
-        ``solver="cg"``: the approximation of ``E[z z^T] + alpha J`` whose inverse
+        ``solver="cg"``: the approximation of ``E[z z^T] + alpha P`` whose inverse
         preconditions the passes.
 
         - ``"block"``: block-Jacobi, each feature block's own second moment, gathered in
@@ -293,9 +310,11 @@ class DSGDKernelRidge(RegressorMixin, _KernelMachine):
           features over their own ``M`` landmark rows, ``W^T K_LL^2 W / M`` (the landmarks
           are rows drawn from the data, ``K_LL`` their kernel matrix, ``W`` the blocks'
           whitenings), which couples the blocks; factorised once by Cholesky, without a
-          data pass. ``M^2`` float64 of memory (2 GiB at ``M = 16384``) and ``O(M^3)``
-          time once (``1.4 M^3`` flops: a few minutes at ``M = 16384`` on one core),
-          whatever the number of rows.
+          data pass. ``M^2`` float64 of memory (2 GiB at ``M = 16384``), plus the
+          penalty's ``M^2`` in the features' precision (1 GiB in float32), and
+          ``O(M^3)`` time once (``1.4 M^3`` flops: a few minutes at ``M = 16384`` on one
+          core), whatever the number of rows. Without it the penalty's products
+          regenerate the landmarks' kernel rows (``M^2 d`` flops a pass).
         - ``"auto"``: ``"landmarks"`` for Nyström features of more than one block and at
           most {LANDMARK_MAX_FEATURES} features, else ``"block"`` (one block: block-Jacobi
           is the exact system matrix).
@@ -407,15 +426,30 @@ class DSGDKernelRidge(RegressorMixin, _KernelMachine):
         J = p["n_blocks"]
         features = self._features[0]
         x_cols, y_cols = self._columns()
-        # J blocks each approximate the kernel: |f|^2 = J |A|^2 (see _norms)
-        ridge = p["alpha"] * J
+        landmarks = p["preconditioner"] == "landmarks"
         client = active_client() if view.is_dask else None
         ref = client.scatter(features, broadcast=True, hash=False) if client is not None else None
         token = model_fingerprint(KernelExpansion(features, self.state_.coef[0]))
-        landmarks = p["preconditioner"] == "landmarks"
         sums = ridge_pass(view, features, J, x_cols, y_cols, token=token, features_ref=ref, with_blocks=not landmarks)
         # both from the features and the pass's reduced sums, in this process: the same on any scheduler
-        precondition = LandmarkPreconditioner(features, J, ridge) if landmarks else BlockJacobi(sums.blocks, ridge)
+        if p["features"] == "nystroem":
+            # the RKHS norm of f itself: Nyström kernel ridge on all M landmarks
+            raw = features.raw_transform(self._sample[:N_SHIFT, x_cols], 0, J)
+            ridge = precision_ridge(raw, features.dtype, centre=False)
+            del raw
+            if landmarks:
+                precondition = LandmarkPreconditioner(features, J, p["alpha"], rkhs=True, ridge=ridge)
+                # the same system as block-Jacobi's: the factor's floor stays in the preconditioner
+                penalty = RKHSPenalty(features, J, p["alpha"], ridge, gram=precondition.gram)
+            else:
+                penalty = RKHSPenalty(features, J, p["alpha"], ridge)
+                precondition = BlockJacobi(sums.blocks, 0.0, penalty.block_diagonal())
+        else:
+            # J blocks each approximate the kernel: |f|^2 = J |A|^2 (see _norms)
+            precondition = BlockJacobi(sums.blocks, p["alpha"] * J)
+
+            def penalty(P, ridge=p["alpha"] * J):
+                return ridge * P
         self.preconditioner_ = p["preconditioner"]
         cg = CGState.start(sums.cross, precondition)
         shift = features.raw_transform(self._sample[:N_SHIFT, x_cols], 0, J).mean(axis=0, dtype=np.float64)
@@ -425,7 +459,7 @@ class DSGDKernelRidge(RegressorMixin, _KernelMachine):
         with bar as progress:
             while passes < p["max_iter"] and self.convergence_[-1]["relative_residual"] > p["tol"]:
                 Ap = full_pass(vx, features, J, cg.p, shift, False, token=token, features_ref=ref).cov_times
-                cg.advance(Ap + ridge * cg.p, precondition)
+                cg.advance(Ap + penalty(cg.p), precondition)
                 passes += 1
                 res = cg.relative_residual(sums.cross)
                 self.convergence_.append({"pass": passes + 1, "relative_residual": res})

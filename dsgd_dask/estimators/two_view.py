@@ -8,11 +8,10 @@ import numpy as np
 from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
-from dsgd_dask._threads import map_ordered
 from dsgd_dask._validation import check_choice, check_float, check_int
 from dsgd_dask.engine.distributed import active_client
 from dsgd_dask.engine.passes import cross_pass
-from dsgd_dask.engine.ridge import LandmarkPreconditioner
+from dsgd_dask.engine.ridge import LandmarkPreconditioner, precision_ridge
 from dsgd_dask.engine.steps import StepState
 from dsgd_dask.estimators._steps import model_fingerprint, register
 from dsgd_dask.estimators.components import N_INIT, ComponentStepEstimator
@@ -29,10 +28,6 @@ CCA_OVERSAMPLES = 10
 CCA_MAX_PASSES = 30
 #: Floats of raw features of the sample rows that set the passes' shift.
 SHIFT_FLOATS = 1 << 24
-#: The passes' precision ridge on the coefficients ``c`` of the kernel sections ``r``, in
-#: units of ``eps^2 E|r - E r|^2``: the variance of the round-off of ``r c`` in the feature
-#: precision. Functions whose variance is below it are round-off, not signal.
-PRECISION_UNITS = 100.0
 
 _SHARED_PARAMS = """\
     n_components : int, default=2
@@ -424,9 +419,8 @@ class DSGDKernelCCA(_TwoViewEstimator):
             xs = sample[:, cols[v]]
             raw = f.raw_transform(xs[:rows], 0, J).astype(np.float64)
             shifts.append(raw.mean(axis=0))
-            spread = float(((raw - shifts[-1]) ** 2).sum(axis=1).mean())
+            ridges.append(precision_ridge(raw, f.dtype, centre=True))
             del raw
-            ridges.append(PRECISION_UNITS * float(np.finfo(f.dtype).eps) ** 2 * spread)
             zv = f.transform(xs, 0, 1).astype(np.float64)
             zv -= zv.mean(axis=0)
             z.append(zv)
@@ -441,15 +435,6 @@ class DSGDKernelCCA(_TwoViewEstimator):
         Ax, By = np.zeros((M, width)), np.zeros((M, width))
         Ax[:m], By[:m] = A0, B0
         return tuple(shifts), precond, orthonormal(Ax), orthonormal(By), width
-
-    def _penalty(self, v: int, pre: LandmarkPreconditioner, A: np.ndarray) -> np.ndarray:
-        """``(reg W^T K_LL W + ridge W^T W + floor I) A``, row block by row block in parallel threads."""
-        m, reg = self._params["block_size"], self._params["reg"]
-        f = self._features[v]
-        A32 = A.astype(np.float32)
-        parts = map_ordered(lambda i: pre.gram[i * m:(i + 1) * m] @ A32, range(A.shape[0] // m))
-        return (reg * np.vstack(parts).astype(np.float64) + self._ridges[v] * f.unfold(f.fold(A))
-                + pre.floor * A)
 
     def _fit_passes(self, view, callback=None, checkpointer=None) -> None:
         """Block LOBPCG passes for the canonical pairs, until no correlation moves by more than ``tol``."""
@@ -480,8 +465,8 @@ class DSGDKernelCCA(_TwoViewEstimator):
         with bar as progress:
             while not done and passes < p["max_iter"]:
                 sums = cross_pass(view, features, J, Ax, By, shifts, cols, token=token, features_refs=refs)
-                rho, a, b, res_a, res_b = cca_ritz(Ax, By, sums, self._penalty(0, precond[0], Ax),
-                                                   self._penalty(1, precond[1], By), width)
+                rho, a, b, res_a, res_b = cca_ritz(Ax, By, sums, precond[0].penalty(Ax),
+                                                   precond[1].penalty(By), width)
                 passes += 1
                 change = float(np.abs(rho[:k] - prev_rho[:k]).max()) if prev_rho is not None else float("inf")
                 done = change <= tol
