@@ -10,7 +10,7 @@ from conftest import KERNEL_CASES, kernel_id
 
 from dsgd_dask import DSGDKernelRidge
 from dsgd_dask.datasets import load_mnist
-from dsgd_dask.engine.ridge import LandmarkPreconditioner, landmark_moment
+from dsgd_dask.engine.ridge import LandmarkPreconditioner, RKHSPenalty, landmark_moment
 from dsgd_dask.features import KernelSpec
 from dsgd_dask.features.kernels import kernel_matrix
 from dsgd_dask.features.nystroem import NystroemFeatures
@@ -188,3 +188,25 @@ def test_landmarks_on_a_cluster_equal_the_local_fit(digits):
         model = DSGDKernelRidge(**params).fit(Xd, yd)
     np.testing.assert_array_equal(model.model_.coef, ref.model_.coef)
     assert model.convergence_ == ref.convergence_
+
+
+def test_rkhs_penalty_products(digits):
+    # (alpha W^T K_LL W + ridge W^T W) A, regenerated from the landmarks or from the Gram
+    # matrix the landmark preconditioner keeps, against the dense product (float64)
+    X = digits[0]
+    spec = KernelSpec("gaussian", BANDWIDTH)
+    m, J, alpha, ridge = 64, 3, 1e-3, 1e-6
+    feats = NystroemFeatures(spec, X[:J * m], m, seed=0, dtype="float64", center=X.mean(axis=0))
+    W = np.zeros((J * m, J * m))
+    for j in range(J):
+        W[j * m:(j + 1) * m, j * m:(j + 1) * m] = feats.normalization[j]
+    P = alpha * W.T @ kernel_matrix(spec, X[:J * m], X[:J * m]) @ W + ridge * W.T @ W
+    A = np.random.default_rng(0).normal(size=(J * m, 4))
+    regenerated = RKHSPenalty(feats, J, alpha, ridge)
+    np.testing.assert_allclose(regenerated(A), P @ A, rtol=0, atol=1e-10 * np.abs(P @ A).max())
+    pre = LandmarkPreconditioner(feats, J, alpha, rkhs=True, ridge=ridge)
+    assert pre.gram.dtype == np.float64
+    np.testing.assert_allclose(pre.penalty(A), P @ A + pre.floor * A, rtol=0, atol=1e-10 * np.abs(P @ A).max())
+    blocks = regenerated.block_diagonal()
+    for j in range(J):
+        np.testing.assert_allclose(blocks[j], P[j * m:(j + 1) * m, j * m:(j + 1) * m], rtol=0, atol=1e-12)
