@@ -313,8 +313,8 @@ class DSGDKernelRidge(RegressorMixin, _KernelMachine):
           data pass. ``M^2`` float64 of memory (2 GiB at ``M = 16384``), plus the
           penalty's ``M^2`` in the features' precision (1 GiB in float32), and
           ``O(M^3)`` time once (``1.4 M^3`` flops: a few minutes at ``M = 16384`` on one
-          core), whatever the number of rows. Without it the penalty's products
-          regenerate the landmarks' kernel rows (``M^2 d`` flops a pass).
+          core), whatever the number of rows. (With ``"block"`` the penalty's products
+          regenerate the landmarks' kernel rows instead: ``M^2 d`` flops a pass.)
         - ``"auto"``: ``"landmarks"`` for Nyström features of more than one block and at
           most {LANDMARK_MAX_FEATURES} features, else ``"block"`` (one block: block-Jacobi
           is the exact system matrix).
@@ -432,11 +432,11 @@ class DSGDKernelRidge(RegressorMixin, _KernelMachine):
         token = model_fingerprint(KernelExpansion(features, self.state_.coef[0]))
         sums = ridge_pass(view, features, J, x_cols, y_cols, token=token, features_ref=ref, with_blocks=not landmarks)
         # both from the features and the pass's reduced sums, in this process: the same on any scheduler
+        raw = features.raw_transform(self._sample[:N_SHIFT, x_cols], 0, J)
+        shift = raw.mean(axis=0, dtype=np.float64)
         if p["features"] == "nystroem":
             # the RKHS norm of f itself: Nyström kernel ridge on all M landmarks
-            raw = features.raw_transform(self._sample[:N_SHIFT, x_cols], 0, J)
             ridge = precision_ridge(raw, features.dtype, centre=False)
-            del raw
             if landmarks:
                 precondition = LandmarkPreconditioner(features, J, p["alpha"], rkhs=True, ridge=ridge)
                 # the same system as block-Jacobi's: the factor's floor stays in the preconditioner
@@ -451,8 +451,8 @@ class DSGDKernelRidge(RegressorMixin, _KernelMachine):
             def penalty(P, ridge=p["alpha"] * J):
                 return ridge * P
         self.preconditioner_ = p["preconditioner"]
+        del raw
         cg = CGState.start(sums.cross, precondition)
-        shift = features.raw_transform(self._sample[:N_SHIFT, x_cols], 0, J).mean(axis=0, dtype=np.float64)
         self.convergence_ = [{"pass": 1, "relative_residual": cg.relative_residual(sums.cross)}]
         passes = 0
         bar = pass_bar(p["max_iter"]) if self.verbose else nullcontext()
