@@ -93,7 +93,7 @@ def augmented_store(images: np.ndarray, labels: np.ndarray, copies: int, path: P
 def run(out: Path, data_home=None, n_features: int = 16384, max_passes: int = 20, augment: int = 0,
         svc_steps: int = 2000, svc_rows: int = 20000, peer_sizes=(1024, 4096, 16384), verbose: bool = True,
         sample: bool = False, choose_features: int = 4096, linear_svc_features: int = 1024,
-        plain: bool = True) -> dict:
+        plain: bool = True, peer_kinds=("Nystroem", "RBFSampler")) -> dict:
     """Choose the bandwidth and ``nu``, fit every method, score it on the test digits; the summary record.
 
     The defaults are the full run. ``sample=True`` reads the subsets shipped with the
@@ -101,7 +101,7 @@ def run(out: Path, data_home=None, n_features: int = 16384, max_passes: int = 20
     ``choose_features`` is the number of Nyström features of the choice (:func:`choose`);
     the peers with at most ``linear_svc_features`` features are also fitted by ``LinearSVC``.
     ``plain=False`` skips the DSGD fit on the 60,000 digits alone (``augment`` fits only);
-    ``svc_rows=0`` skips the exact SVC.
+    ``svc_rows=0`` skips the exact SVC; ``peer_kinds`` names the scikit-learn feature maps run.
     """
     import dask.array as da
     from sklearn.kernel_approximation import Nystroem, RBFSampler
@@ -179,6 +179,8 @@ def run(out: Path, data_home=None, n_features: int = 16384, max_passes: int = 20
     for m in peer_sizes:
         for name, make in (("Nystroem", lambda m=m: Nystroem(gamma=gamma, n_components=m, random_state=SEED)),
                            ("RBFSampler", lambda m=m: RBFSampler(gamma=gamma, n_components=m, random_state=SEED))):
+            if name not in peer_kinds:
+                continue
             t0 = time.perf_counter()
             mapper = make().fit(X)
             Z = mapper.transform(X).astype(np.float32)
@@ -252,12 +254,14 @@ def main(argv=None) -> None:
     parser.add_argument("--svc-rows", type=int, default=20000, help="training rows of the exact SVC (0: skip)")
     parser.add_argument("--peer-sizes", type=int, nargs="*", default=[1024, 4096, 16384],
                         help="feature counts of the scikit-learn peers (none: skip them)")
+    parser.add_argument("--peer-kinds", nargs="+", default=["Nystroem", "RBFSampler"],
+                        choices=["Nystroem", "RBFSampler"], help="the scikit-learn feature maps of the peers")
     parser.add_argument("--no-plain", action="store_true",
                         help="skip the DSGD fit on the 60,000 digits alone (the --augment fit only)")
     args = parser.parse_args(argv)
     run(args.out, data_home=args.data_home, n_features=args.n_features, max_passes=args.max_passes,
         augment=args.augment, svc_steps=args.svc_steps, svc_rows=args.svc_rows, peer_sizes=tuple(args.peer_sizes),
-        plain=not args.no_plain)
+        plain=not args.no_plain, peer_kinds=tuple(args.peer_kinds))
 
 
 if __name__ == "__main__":
