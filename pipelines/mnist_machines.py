@@ -10,7 +10,8 @@ Methods, one after the other in this process:
 
 * ``DSGDKernelRidge(solver="cg")`` on the ``{-1, +1}`` one-hot codes of the classes,
   predicting the class of the largest output (the squared loss of EigenPro and FALKON),
-  ``M`` Nyström features in blocks of 1024 whitened per block, on the 60,000 digits; and,
+  ``M`` Nyström features in blocks of 1024 whitened per block, penalised by the RKHS norm
+  (Nyström kernel ridge on all ``M`` landmarks), on the 60,000 digits; and,
   with ``--augment R``, on an out-of-core Zarr store of ``R x 60,000`` rows: the digits and
   ``R - 1`` randomly deformed copies of each (shifts, small rotations, elastic fields:
   :func:`dsgd_dask.datasets.digit_stream`), the setting where a method whose memory does
