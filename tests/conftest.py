@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import zarr
 
 from dsgd_dask.datasets import load_mnist
 from dsgd_dask.features import KernelSpec
@@ -22,6 +23,22 @@ def mnist_small():
     X, _ = load_mnist("train", sample=True)
     Xt, _ = load_mnist("test", sample=True)
     return X[:3000] / 255.0, Xt[:1000] / 255.0
+
+
+def mnist_halves(n: int, offset: int = 0):
+    """Left and right 392-pixel halves of ``n`` real MNIST training digits (the papers' two views), in [0, 1]."""
+    X, _ = load_mnist("train", sample=True)
+    X = X[offset:offset + n].reshape(-1, 28, 28) / 255.0
+    return X[:, :, :14].reshape(n, -1), X[:, :, 14:].reshape(n, -1)
+
+
+def halves_stores(root: Path, halves, chunk_rows: tuple[int, int]) -> tuple[str, str]:
+    """The two views as uint8 Zarr arrays under ``root``, with different row chunks (misaligned views)."""
+    paths = []
+    for name, view, rows in zip(("a", "b"), halves, chunk_rows, strict=True):
+        zarr.create_array(store=str(root / f"{name}.zarr"), data=(view * 255).astype("uint8"), chunks=(rows, 392))
+        paths.append(str(root / f"{name}.zarr"))
+    return tuple(paths)
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
-import zarr
+from conftest import halves_stores, mnist_halves
 
 from dsgd_dask import DSGDKernelCCA
 from dsgd_dask.engine.passes import cross_pass
@@ -27,11 +27,7 @@ def _curve(n: int, seed: int = 0):
 
 @pytest.fixture(scope="module")
 def halves():
-    from dsgd_dask.datasets import load_mnist
-
-    X, _ = load_mnist("train", sample=True)
-    X = X[:1200].reshape(-1, 28, 28) / 255.0
-    return X[:, :, :14].reshape(len(X), -1), X[:, :, 14:].reshape(len(X), -1)
+    return mnist_halves(1200)
 
 
 @pytest.mark.parametrize("kind", ["nystroem", "fourier"])
@@ -124,11 +120,7 @@ def test_passes_match_the_exact_kernel_cca_with_every_row_a_landmark():
 
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory, halves):
-    root = tmp_path_factory.mktemp("halves")
-    A, B = halves
-    zarr.create_array(store=str(root / "a.zarr"), data=(A * 255).astype("uint8"), chunks=(200, 392))
-    zarr.create_array(store=str(root / "b.zarr"), data=(B * 255).astype("uint8"), chunks=(300, 392))
-    return str(root / "a.zarr"), str(root / "b.zarr")
+    return halves_stores(tmp_path_factory.mktemp("halves"), halves, (200, 300))
 
 
 PASSES = dict(n_features=512, block_size=128, reg=1e-4, max_iter=6, random_state=3)

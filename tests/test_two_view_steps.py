@@ -7,24 +7,18 @@ import dask.array as da
 import numpy as np
 import pytest
 import xarray as xr
-import zarr
+from conftest import halves_stores, mnist_halves
 
 from dsgd_dask import DSGDKernelCCA, DSGDKernelSIR, DSGDKernelSVD, load
 from dsgd_dask.baselines.exact_two_view import ExactKernelCCA, ExactKernelSIR, ExactKernelSVD
-from dsgd_dask.datasets import load_mnist, load_sarcos
+from dsgd_dask.datasets import load_sarcos
 from dsgd_dask.metrics import principal_angle_sin2
-
-
-def _halves(n: int, offset: int = 0):
-    X, _ = load_mnist("train", sample=True)
-    X = X[offset:offset + n].reshape(-1, 28, 28) / 255.0
-    return X[:, :, :14].reshape(n, -1), X[:, :, 14:].reshape(n, -1)
 
 
 @pytest.fixture(scope="module")
 def halves():
     """Left and right 392-pixel halves of 600 real MNIST training digits (the papers' two views)."""
-    return _halves(600)
+    return mnist_halves(600)
 
 
 @pytest.fixture(scope="module")
@@ -127,11 +121,7 @@ def test_partial_sums_equal_the_step_on_the_union(halves, sarcos, make):
 
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory, halves):
-    root = tmp_path_factory.mktemp("halves")
-    A, B = halves
-    zarr.create_array(store=str(root / "a.zarr"), data=(A * 255).astype("uint8"), chunks=(100, 392))
-    zarr.create_array(store=str(root / "b.zarr"), data=(B * 255).astype("uint8"), chunks=(160, 392))
-    return str(root / "a.zarr"), str(root / "b.zarr")
+    return halves_stores(tmp_path_factory.mktemp("halves"), halves, (100, 160))
 
 
 # the step engine's guarantees (the passes solver has its own, in test_two_view_passes.py)
