@@ -94,7 +94,7 @@ def augmented_store(images: np.ndarray, labels: np.ndarray, copies: int, path: P
 def run(out: Path, data_home=None, n_features: int = 16384, max_passes: int = 20, augment: int = 0,
         svc_steps: int = 2000, svc_rows: int = 20000, peer_sizes=(1024, 4096, 16384), verbose: bool = True,
         sample: bool = False, choose_features: int = 4096, linear_svc_features: int = 1024,
-        plain: bool = True, peer_kinds=("Nystroem", "RBFSampler")) -> dict:
+        plain: bool = True, peer_kinds=("Nystroem", "RBFSampler"), augment_features: int | None = None) -> dict:
     """Choose the bandwidth and ``nu``, fit every method, score it on the test digits; the summary record.
 
     The defaults are the full run. ``sample=True`` reads the subsets shipped with the
@@ -102,7 +102,8 @@ def run(out: Path, data_home=None, n_features: int = 16384, max_passes: int = 20
     ``choose_features`` is the number of Nyström features of the choice (:func:`choose`);
     the peers with at most ``linear_svc_features`` features are also fitted by ``LinearSVC``.
     ``plain=False`` skips the DSGD fit on the 60,000 digits alone (``augment`` fits only);
-    ``svc_rows=0`` skips the exact SVC; ``peer_kinds`` names the scikit-learn feature maps run.
+    ``svc_rows=0`` skips the exact SVC; ``peer_kinds`` names the scikit-learn feature maps run;
+    ``augment_features`` is the feature budget of the ``augment`` fit (default ``n_features``).
     """
     import dask.array as da
     from sklearn.kernel_approximation import Nystroem, RBFSampler
@@ -136,7 +137,7 @@ def run(out: Path, data_home=None, n_features: int = 16384, max_passes: int = 20
         say(f"{method:>42}: rows {rows:>7}, features {features:>6}, test error {error:.4f}, fit {fit:7.1f} s")
         write(out, {**head, "results": records, "curves": curves})  # kept as it comes: a stopped run loses nothing
 
-    def dsgd_ridge(name, Xfit, Yfit, rows):
+    def dsgd_ridge(name, Xfit, Yfit, rows, n_features=n_features):
         curve = {"method": name, "seconds": [], "test_error": [], "passes": []}
         clock = {"start": time.perf_counter(), "paused": 0.0}
 
@@ -168,7 +169,8 @@ def run(out: Path, data_home=None, n_features: int = 16384, max_passes: int = 20
         Xa = da.from_zarr(group["X"]).astype(np.float32) / 255
         codes = da.from_zarr(group["y"])
         ya = codes.map_blocks(one_hot, new_axis=1, chunks=(codes.chunks[0], (10,)), dtype=np.float32)
-        dsgd_ridge(f"DSGDKernelRidge (cg, one-hot), {augment}x deformed", Xa, ya, augment * n)
+        dsgd_ridge(f"DSGDKernelRidge (cg, one-hot), {augment}x deformed", Xa, ya, augment * n,
+                   n_features=augment_features or n_features)
 
     if svc_steps:
         t0 = time.perf_counter()
@@ -257,12 +259,14 @@ def main(argv=None) -> None:
                         help="feature counts of the scikit-learn peers (none: skip them)")
     parser.add_argument("--peer-kinds", nargs="+", default=["Nystroem", "RBFSampler"],
                         choices=["Nystroem", "RBFSampler"], help="the scikit-learn feature maps of the peers")
+    parser.add_argument("--augment-features", type=int, default=None,
+                        help="features of the --augment fit (default: --n-features)")
     parser.add_argument("--no-plain", action="store_true",
                         help="skip the DSGD fit on the 60,000 digits alone (the --augment fit only)")
     args = parser.parse_args(argv)
     run(args.out, data_home=args.data_home, n_features=args.n_features, max_passes=args.max_passes,
         augment=args.augment, svc_steps=args.svc_steps, svc_rows=args.svc_rows, peer_sizes=tuple(args.peer_sizes),
-        plain=not args.no_plain, peer_kinds=tuple(args.peer_kinds))
+        plain=not args.no_plain, peer_kinds=tuple(args.peer_kinds), augment_features=args.augment_features)
 
 
 if __name__ == "__main__":

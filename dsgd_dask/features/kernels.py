@@ -129,8 +129,9 @@ def sample_frequencies(spec: KernelSpec, rng: np.random.Generator, out: np.ndarr
 
 def kernel_matrix(spec: KernelSpec, X: np.ndarray, Y: np.ndarray | None = None) -> np.ndarray:
     """Exact kernel matrix ``k(X_i, Y_j)`` in float64 (dense; for small inputs and tests)."""
-    X = np.asarray(X, dtype=np.float64)
-    Y = X if Y is None else np.asarray(Y, dtype=np.float64)
+    # C order: scipy's cdist reads strided (e.g. transposed) inputs in place, ~3x slower
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    Y = X if Y is None else np.ascontiguousarray(Y, dtype=np.float64)
     s = spec.bandwidth
     name = spec.name
     if name == "gaussian":
