@@ -128,7 +128,8 @@ def sample_frequencies(spec: KernelSpec, rng: np.random.Generator, out: np.ndarr
 
 
 def kernel_matrix(spec: KernelSpec, X: np.ndarray, Y: np.ndarray | None = None) -> np.ndarray:
-    """Exact kernel matrix ``k(X_i, Y_j)`` in float64 (dense; for small inputs and tests)."""
+    """Exact kernel matrix ``k(X_i, Y_j)`` in float64 (dense: small inputs, tests, and the
+    kernel sections of Laplacian and Cauchy Nyström blocks, one chunk at a time)."""
     # C order: scipy's cdist reads strided (e.g. transposed) inputs in place, ~3x slower
     X = np.ascontiguousarray(X, dtype=np.float64)
     Y = X if Y is None else np.ascontiguousarray(Y, dtype=np.float64)
