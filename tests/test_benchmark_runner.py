@@ -88,8 +88,6 @@ def test_quick_run_writes_consistent_results(name, tmp_path, stores):
 def test_peak_memory_sees_an_allocation():
     import time
 
-    import numpy as np
-
     from benchmarks.runner import PeakMemory
 
     with PeakMemory(interval=0.005) as mem:
