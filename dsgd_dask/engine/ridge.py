@@ -48,7 +48,11 @@ class RidgeSums:
 
 def slab_ridge_sums(S: np.ndarray, features, n_blocks: int, x_cols: slice, y_cols: slice,
                     with_blocks: bool = True) -> np.ndarray:
-    """Packed sums ``[sum z_b^T z_b (all blocks, with_blocks), sum z y^T, rows]`` of one slab of stacked rows."""
+    """Packed sums ``[sum z_b^T z_b (all blocks, with_blocks), sum z y^T, rows]`` of one slab of stacked rows.
+
+    Without ``with_blocks`` the cross sums are over the raw features ``r`` (``sum r y^T``,
+    whitened once by :func:`ridge_pass`): the rows skip the whitening products.
+    """
     m = features.block_size
     M = n_blocks * m
     c = y_cols.stop - y_cols.start
@@ -58,7 +62,8 @@ def slab_ridge_sums(S: np.ndarray, features, n_blocks: int, x_cols: slice, y_col
     with one_blas_thread():
         for r0 in range(0, S.shape[0], step):
             part = S[r0:r0 + step]
-            Z = features.transform(part[:, x_cols], 0, n_blocks)
+            x = part[:, x_cols]
+            Z = features.transform(x, 0, n_blocks) if with_blocks else features.raw_transform(x, 0, n_blocks)
             for b in range(blocks.shape[0]):
                 zb = Z[:, b * m:(b + 1) * m]
                 blocks[b] += zb.T @ zb
@@ -71,8 +76,9 @@ def ridge_pass(view: DataView, features, n_blocks: int, x_cols: slice, y_cols: s
                features_ref=None, with_blocks: bool = True) -> RidgeSums:
     """One pass over the stacked rows of ``view`` (inputs in ``x_cols``, targets in ``y_cols``).
 
-    Without ``with_blocks`` only the right-hand side (the blocks' moments are skipped:
-    ``n M m`` fewer multiply-adds).
+    Without ``with_blocks`` only the right-hand side, ``E[z y^T] = N^T E[r y^T]`` from the
+    raw features ``r`` (the blocks' moments and the rows' whitening are skipped: ``2 n M m``
+    fewer multiply-adds).
     """
     m = features.block_size
     M = n_blocks * m
@@ -86,6 +92,8 @@ def ridge_pass(view: DataView, features, n_blocks: int, x_cols: slice, y_cols: s
     n = total[-1]
     blocks = total[:nb].reshape(n_blocks, m, m) / n if with_blocks else None
     cross = total[nb:-1].reshape(M, c) / n
+    if not with_blocks:
+        cross = features.unfold(cross)
     return RidgeSums(round(n), blocks, cross)
 
 
