@@ -130,8 +130,14 @@ def map_ordered(fn: Callable, items: Sequence, parallel: bool = True) -> list:
     return list(_executor(_width).map(fn, items))
 
 
+#: Alignment of :func:`scratch` buffers: BLAS kernels may take paths that depend on the
+#: operands' addresses (and round differently), so buffers at a fixed alignment give the
+#: same results in any process.
+ALIGNMENT = 64
+
+
 def scratch(name: str, shape: tuple, dtype) -> np.ndarray:
-    """A per-thread buffer of at least ``shape`` (reused between calls: valid until the next one)."""
+    """A per-thread buffer of at least ``shape``, aligned to :data:`ALIGNMENT` bytes (valid until the next call)."""
     dtype = np.dtype(dtype)
     size = int(np.prod(shape))
     bufs = getattr(_local, "buffers", None)
@@ -139,5 +145,7 @@ def scratch(name: str, shape: tuple, dtype) -> np.ndarray:
         bufs = _local.buffers = {}
     buf = bufs.get((name, dtype.str))
     if buf is None or buf.size < size:
-        buf = bufs[(name, dtype.str)] = np.empty(size, dtype=dtype)
+        raw = np.empty(size * dtype.itemsize + ALIGNMENT, dtype=np.uint8)
+        start = -raw.ctypes.data % ALIGNMENT
+        buf = bufs[(name, dtype.str)] = raw[start:start + size * dtype.itemsize].view(dtype)
     return buf[:size].reshape(shape)

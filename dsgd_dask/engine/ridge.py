@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 
-from dsgd_dask._threads import map_ordered, one_blas_thread
+from dsgd_dask._threads import map_ordered, one_blas_thread, scratch
 from dsgd_dask.engine.passes import features_in_graph, reduce_row_chunks, slice_rows
 from dsgd_dask.streams.inputs import DataView
 
@@ -67,8 +67,12 @@ def slab_ridge_sums(S: np.ndarray, features, n_blocks: int, x_cols: slice, y_col
             for b in range(blocks.shape[0]):
                 zb = Z[:, b * m:(b + 1) * m]
                 blocks[b] += zb.T @ zb
-            # einsum's own loop (no BLAS): the same sum in any process, whatever its BLAS threads
-            cross += np.einsum("ij,ik->jk", Z, np.asarray(part[:, y_cols], dtype=np.float64), optimize=False)
+            # float64 copies at a fixed alignment: the same BLAS path (and bits) in any process
+            Zd = scratch("ridge-z", Z.shape, np.float64)
+            np.copyto(Zd, Z)
+            yd = scratch("ridge-y", (Z.shape[0], c), np.float64)
+            np.copyto(yd, part[:, y_cols])
+            cross += Zd.T @ yd
     return np.concatenate([blocks.ravel(), cross.ravel(), [S.shape[0]]])
 
 
