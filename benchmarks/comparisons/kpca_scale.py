@@ -189,5 +189,6 @@ register(Comparison(
     name="kpca-scale", title="Kernel PCA of 1M and 8.1M deformed digits, k = 50",
     data="first 1,048,576 rows and all 8.1M rows of the MNIST8M-like store; MNIST test digits for the quality",
     methods=("DSGDKernelPCA", "NystroemPCA", "RandomFeaturePCA"),
-    budgets="m = 1024-16384, 1 hour per configuration (predicted), m x m matrices up to 8 GiB",
+    budgets="m = 512-16384; configurations predicted to take over max_seconds (30 minutes unless set) "
+            "are not run; m x m matrices up to 8 GiB",
     measure=measure))
