@@ -107,6 +107,34 @@ def test_landmark_moment_is_the_landmarks_second_moment(digits):
                                (W2.T @ K2 @ K2 @ W2 / (2 * m))[upper[:2 * m, :2 * m]], rtol=0, atol=1e-12)
 
 
+def test_landmark_moment_of_float32_features(digits):
+    # float32 features: the products in float32 (the whitened sections kept in the second half of
+    # the result's buffer), the result in float64 to float32 round-off: |error| <= eps32 * |G_i| |G_j| / M
+    # times the GEMM's summation length, M = 256 here; the tiles below the diagonal zero; the Gram matrix
+    X = digits[0]
+    spec = KernelSpec("gaussian", BANDWIDTH)
+    m, J = 64, 4
+    M = J * m
+    feats = NystroemFeatures(spec, X[:M], m, seed=0, dtype="float32", center=X.mean(axis=0))
+    K = kernel_matrix(spec, X[:M], X[:M])
+    W = np.zeros((M, M))
+    for j in range(J):
+        W[j * m:(j + 1) * m, j * m:(j + 1) * m] = feats.normalization[j]
+    G = W.T @ K
+    expected = G @ G.T / M
+    gram = np.empty((M, M), dtype=np.float32)
+    got = landmark_moment(feats, J, gram=gram)
+    assert got.dtype == np.float64
+    upper = np.triu(np.ones((M, M), dtype=bool))
+    norms = np.linalg.norm(G, axis=1)
+    bound = M * np.finfo(np.float32).eps * np.outer(norms, norms) / M
+    assert np.all(np.abs(got - expected)[upper] <= bound[upper])
+    assert np.abs(got - expected)[upper].max() > 0  # computed in float32, not float64
+    left = np.kron(np.tril(np.ones((J, J), dtype=bool), -1), np.ones((m, m), dtype=bool))
+    assert not got[left].any()  # the tiles left of the diagonal
+    np.testing.assert_allclose(gram, G @ W, rtol=0, atol=M * np.finfo(np.float32).eps * np.abs(G @ W).max())
+
+
 @pytest.mark.parametrize("spec", KERNEL_CASES, ids=kernel_id)
 def test_landmark_kernel_rows(blobs, spec):
     # rows of the landmarks' own kernel matrix, in float64 whatever the features' precision

@@ -128,25 +128,32 @@ def landmark_moment(features, n_blocks: int, gram: np.ndarray | None = None) -> 
     ``gram``, an ``M x M`` array (the features' precision is enough), receives ``W^T K_LL W`` on the way:
     the features' Gram matrix in the RKHS (``a^T gram a = ||z a||_H^2``).
 
-    Only the upper triangle (of the C-ordered result) is filled, tile by tile of the
-    feature blocks; the lower one is zero. ``G = W^T K_LL`` (``M x M``) is made
-    block row by block row (the landmarks' kernel sections, whitened), then the upper
-    tiles of ``G G^T / M`` block row by block row, in place: row ``i`` needs the rows of
-    ``G`` from ``i`` on, so it overwrites row ``i`` of ``G`` once made. Peak memory
-    ``M^2`` float64 (and ``m M`` per thread). The tiles go to parallel threads, each
-    one BLAS call of a shape fixed by the model: the same numbers on any machine.
+    Only the upper triangle (of the C-ordered float64 result) is filled, tile by tile of
+    the feature blocks; the lower one is zero. ``G = W^T K_LL`` (``M x M``) is made block
+    row by block row (the landmarks' kernel sections, whitened) and rounded to the
+    features' precision, in which the products ``G G^T`` are computed (float32 features:
+    half the time of float64; :class:`LandmarkPreconditioner` floors the result above
+    that round-off). Row block ``i`` of the result needs the rows of ``G`` from ``i`` on;
+    ``G`` is kept in the same buffer as the result (in its second half when it is
+    float32), so writing row ``i`` only overwrites rows of ``G`` already used. Peak
+    memory ``M^2`` float64 (and ``m M`` per thread). The tiles go to parallel threads,
+    each one BLAS call of a shape fixed by the model: the same numbers on any machine.
     """
     m = features.block_size
     M = n_blocks * m
-    out = np.empty((M, M))  # first G = W^T K_LL, row block j: N_j^T k(L_j, L); then the result
+    out = np.empty((M, M))
+    dtype = np.dtype(features.dtype)
+    if dtype == np.float64:
+        G = out
+    else:  # float32 row block j at byte 4 M (M + j m): before the result's row block i for every j >= i
+        G = out.reshape(-1).view(dtype)[M * M:].reshape(M, M)
 
     def whitened(j):
-        np.matmul(features.normalization[j].T, features.landmark_kernel(j * m, (j + 1) * m, n_blocks),
-                  out=out[j * m:(j + 1) * m])
+        G[j * m:(j + 1) * m] = features.normalization[j].T @ features.landmark_kernel(j * m, (j + 1) * m, n_blocks)
 
     def tile(ij):
         i, j = ij
-        t = out[i * m:(i + 1) * m] @ out[j * m:(j + 1) * m].T
+        t = (G[i * m:(i + 1) * m] @ G[j * m:(j + 1) * m].T).astype(np.float64)
         t /= M
         return t
 
@@ -154,7 +161,7 @@ def landmark_moment(features, n_blocks: int, gram: np.ndarray | None = None) -> 
         map_ordered(whitened, range(n_blocks))
         if gram is not None:
             def gram_block(j):
-                gram[:, j * m:(j + 1) * m] = out[:, j * m:(j + 1) * m] @ features.normalization[j]
+                gram[:, j * m:(j + 1) * m] = G[:, j * m:(j + 1) * m] @ features.normalization[j].astype(dtype)
 
             map_ordered(gram_block, range(n_blocks))
         for i in range(n_blocks):
@@ -239,9 +246,11 @@ class LandmarkPreconditioner:
 
     ``W^T K_LL^2 W / M`` (:func:`landmark_moment`) estimates ``E[z z^T]`` on the
     landmarks, rows drawn from the data, with the blocks' coupling that block-Jacobi
-    lacks. A floor under ``alpha`` (``M eps`` times the trace, far below any useful
-    ``alpha``) keeps the factorisation defined when the features are linearly
-    dependent (repeated landmarks give zero columns of the whitening).
+    lacks. A floor under ``alpha`` keeps the factorisation defined when the features are
+    linearly dependent (repeated landmarks give zero columns of the whitening) and lifts
+    it above the moment's round-off: the trace times ``M eps`` of float64, or times the
+    features' ``eps`` when the moment is computed in float32 (far below any useful
+    ``alpha`` either way).
 
     With ``rkhs=True`` the penalty is the RKHS norm of the function instead of the
     coefficients' norm: the factor is of ``W^T K_LL^2 W / M + alpha W^T K_LL W + ridge W^T W``
@@ -258,7 +267,10 @@ class LandmarkPreconditioner:
             C = landmark_moment(features, n_blocks, gram=self.gram)
             diag = C.reshape(-1)[::M + 1]  # a view
             if floor is None:
-                floor = max(0.0 if rkhs else alpha, M * np.finfo(np.float64).eps * float(diag.sum()))
+                # above the round-off of the moment, computed in the features' precision
+                trace = float(diag.sum())
+                floor = max(0.0 if rkhs else alpha, M * np.finfo(np.float64).eps * trace,
+                            float(np.finfo(features.dtype).eps) * trace)
             diag += floor
             if rkhs:
                 m = features.block_size
