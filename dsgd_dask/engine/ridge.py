@@ -149,7 +149,11 @@ def landmark_moment(features, n_blocks: int, gram: np.ndarray | None = None) -> 
         G = out.reshape(-1).view(dtype)[M * M:].reshape(M, M)
 
     def whitened(j):
-        G[j * m:(j + 1) * m] = features.normalization[j].T @ features.landmark_kernel(j * m, (j + 1) * m, n_blocks)
+        Gj = features.normalization[j].T @ features.landmark_kernel(j * m, (j + 1) * m, n_blocks)
+        if gram is not None:  # row block j of W^T K_LL W, from the float64 sections
+            for i in range(n_blocks):
+                gram[j * m:(j + 1) * m, i * m:(i + 1) * m] = Gj[:, i * m:(i + 1) * m] @ features.normalization[i]
+        G[j * m:(j + 1) * m] = Gj
 
     def tile(ij):
         i, j = ij
@@ -159,11 +163,6 @@ def landmark_moment(features, n_blocks: int, gram: np.ndarray | None = None) -> 
 
     with one_blas_thread():
         map_ordered(whitened, range(n_blocks))
-        if gram is not None:
-            def gram_block(j):
-                gram[:, j * m:(j + 1) * m] = G[:, j * m:(j + 1) * m] @ features.normalization[j].astype(dtype)
-
-            map_ordered(gram_block, range(n_blocks))
         for i in range(n_blocks):
             tiles = map_ordered(tile, [(i, j) for j in range(i, n_blocks)])
             out[i * m:(i + 1) * m, :i * m] = 0.0
