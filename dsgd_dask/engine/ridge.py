@@ -129,9 +129,9 @@ def landmark_moment(features, n_blocks: int, gram: np.ndarray | None = None) -> 
     the features' Gram matrix in the RKHS (``a^T gram a = ||z a||_H^2``).
 
     Only the tiles on and above the diagonal (of the C-ordered float64 result) are
-    filled, tile by tile of the feature blocks; those below are zero. ``G = W^T K_LL`` (``M x M``) is made block
-    row by block row (the landmarks' kernel sections, whitened) and rounded to the
-    features' precision, in which the products ``G G^T`` are computed (float32 features:
+    filled, tile by tile of the feature blocks; those below are zero. ``G = W^T K_LL``
+    (``M x M``) is made block row by block row (the landmarks' kernel sections,
+    whitened) and rounded to the features' precision, in which the products ``G G^T`` are computed (float32 features:
     half the time of float64; :class:`LandmarkPreconditioner` floors the result above
     that round-off). Row block ``i`` of the result needs the rows of ``G`` from ``i`` on;
     ``G`` is kept in the same buffer as the result (in its second half when it is
@@ -249,8 +249,9 @@ class LandmarkPreconditioner:
     linearly dependent (repeated landmarks give zero columns of the whitening) and lifts
     it above the moment's round-off: the trace times ``M eps`` of float64, or times the
     features' ``eps`` when the moment is computed in float32. Where the landmarks' moment
-    is near zero only that floor and the penalty hold the factor up; on MNIST the float32
-    floor also made the preconditioned conjugate gradients converge faster.
+    is near zero only that floor and the penalty hold the factor up, so the floor also
+    changes how fast the conjugate gradients converge there (faster or slower per pass:
+    the README's MNIST results show both).
 
     With ``rkhs=True`` the penalty is the RKHS norm of the function instead of the
     coefficients' norm: the factor is of ``W^T K_LL^2 W / M + alpha W^T K_LL W + ridge W^T W``
