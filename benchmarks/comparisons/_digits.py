@@ -68,8 +68,8 @@ class OutOfBudget(Exception):
 class Budget:
     """A fit's wall-time budget, checked in its ``callback``: records a curve, stops the fit when spent.
 
-    ``evaluate(model) -> dict`` is called at every callback (its time is not counted);
-    the last model and the curve survive the stop::
+    ``evaluate(model) -> dict`` is called at every ``every``-th callback and at the one that
+    ends the budget (its time is not counted); the last model and the curve survive the stop::
 
         budget = Budget(600, evaluate)
         try:
@@ -79,12 +79,14 @@ class Budget:
         budget.curve, budget.model, budget.seconds
     """
 
-    def __init__(self, seconds: float, evaluate):
+    def __init__(self, seconds: float, evaluate, every: int = 1):
         self.limit = seconds
         self.evaluate = evaluate
+        self.every = every
         self.curve: list[dict] = []
         self.model = None
         self.stopped = False
+        self._calls = 0
         self._paused = 0.0
         self._t0 = time.perf_counter()
 
@@ -94,10 +96,12 @@ class Budget:
 
     def __call__(self, n, model) -> None:
         spent = self.seconds
-        t = time.perf_counter()
+        self._calls += 1
         self.model = model
-        self.curve.append({"n": int(n), "seconds": spent, **self.evaluate(model)})
-        self._paused += time.perf_counter() - t
+        if spent > self.limit or self._calls % self.every == 0:
+            t = time.perf_counter()
+            self.curve.append({"n": int(n), "seconds": spent, **self.evaluate(model)})
+            self._paused += time.perf_counter() - t
         if spent > self.limit:
             self.stopped = True
             raise OutOfBudget
