@@ -67,12 +67,14 @@ def slab_ridge_sums(S: np.ndarray, features, n_blocks: int, x_cols: slice, y_col
             for b in range(blocks.shape[0]):
                 zb = Z[:, b * m:(b + 1) * m]
                 blocks[b] += zb.T @ zb
-            # float64 copies at a fixed alignment: the same BLAS path (and bits) in any process
-            Zd = scratch("ridge-z", Z.shape, np.float64)
-            np.copyto(Zd, Z)
+            # float64 copies at a fixed alignment: the same BLAS path (and bits) in any process;
+            # block by block of features, so the copy is rows x m, not rows x M
             yd = scratch("ridge-y", (Z.shape[0], c), np.float64)
             np.copyto(yd, part[:, y_cols])
-            cross += Zd.T @ yd
+            Zd = scratch("ridge-z", (Z.shape[0], m), np.float64)
+            for b in range(n_blocks):
+                np.copyto(Zd, Z[:, b * m:(b + 1) * m])
+                cross[b * m:(b + 1) * m] += Zd.T @ yd
     return np.concatenate([blocks.ravel(), cross.ravel(), [S.shape[0]]])
 
 
@@ -136,7 +138,7 @@ def landmark_moment(features, n_blocks: int, gram: np.ndarray | None = None) -> 
     that round-off). Row block ``i`` of the result needs the rows of ``G`` from ``i`` on;
     ``G`` is kept in the same buffer as the result (in its second half when it is
     float32), so writing row ``i`` only overwrites rows of ``G`` already used. Peak
-    memory ``M^2`` float64 (and ``m M`` per thread). The tiles go to parallel threads,
+    memory ``M^2`` float64 (and a few ``m x m`` float64 per thread). The tiles go to parallel threads,
     each one BLAS call of a shape fixed by the model: the same numbers on any machine.
     """
     m = features.block_size
@@ -148,12 +150,14 @@ def landmark_moment(features, n_blocks: int, gram: np.ndarray | None = None) -> 
     else:  # float32 row block j at byte 4 M (M + j m): before the result's row block i for every j >= i
         G = out.reshape(-1).view(dtype)[M * M:].reshape(M, M)
 
-    def whitened(j):
-        Gj = features.normalization[j].T @ features.landmark_kernel(j * m, (j + 1) * m, n_blocks)
-        if gram is not None:  # row block j of W^T K_LL W, from the float64 sections
-            for i in range(n_blocks):
-                gram[j * m:(j + 1) * m, i * m:(i + 1) * m] = Gj[:, i * m:(i + 1) * m] @ features.normalization[i]
-        G[j * m:(j + 1) * m] = Gj
+    def whitened(j):  # tile by tile: m x m float64 temporaries per thread
+        Nj = features.normalization[j].T
+        for i in range(n_blocks):
+            cols = slice(i * m, (i + 1) * m)
+            Gji = Nj @ features.landmark_kernel(j * m, (j + 1) * m, n_blocks, columns=cols)
+            if gram is not None:  # tile (j, i) of W^T K_LL W, from the float64 sections
+                gram[j * m:(j + 1) * m, cols] = Gji @ features.normalization[i]
+            G[j * m:(j + 1) * m, cols] = Gji
 
     def tile(ij):
         i, j = ij
@@ -235,7 +239,7 @@ class RKHSPenalty:
         out = np.empty((self.n_blocks, m, m))
         for i in range(self.n_blocks):
             N = f.normalization[i]
-            K = f.landmark_kernel(i * m, (i + 1) * m, self.n_blocks)[:, i * m:(i + 1) * m]
+            K = f.landmark_kernel(i * m, (i + 1) * m, self.n_blocks, columns=slice(i * m, (i + 1) * m))
             out[i] = self.alpha * (N.T @ K @ N) + self.ridge * (N.T @ N)
         return out
 

@@ -233,21 +233,26 @@ class NystroemFeatures(FeatureBlocks):
             np.matmul(K[:, i * m:(i + 1) * m], norm[i], out=out[:, i * m:(i + 1) * m])
         return out
 
-    def landmark_kernel(self, start: int, stop: int, n_blocks: int | None = None) -> np.ndarray:
-        """Rows ``start:stop`` of the landmarks' own kernel matrix, in float64: ``k(L[start:stop], L)``.
+    def landmark_kernel(self, start: int, stop: int, n_blocks: int | None = None,
+                        columns: slice | None = None) -> np.ndarray:
+        """Rows ``start:stop`` of the landmarks' own kernel matrix, in float64: ``k(L[start:stop], L[columns])``.
 
         ``L`` is the union of the landmarks of the first ``n_blocks`` blocks (all by
-        default), shifted by ``center`` like the inputs; ``(stop - start, n_blocks * m)``.
+        default), shifted by ``center`` like the inputs; ``columns`` a slice of it (all by
+        default); ``(stop - start, n_blocks * m)`` without ``columns``. Only the rows and
+        columns asked for are copied.
         """
         n_blocks = self.max_blocks if n_blocks is None else int(n_blocks)
         L = self.landmarks[:n_blocks * self.block_size]
+        rows, cols = L[start:stop], (L if columns is None else L[columns])
         if self.center is not None:
-            L = np.subtract(L, self.center, dtype=np.float64)
+            rows = np.subtract(rows, self.center, dtype=np.float64)
+            cols = np.subtract(cols, self.center, dtype=np.float64)
         if self.kernel.name == "arccos":
-            lsq = np.sqrt(np.einsum("ij,ij->i", L, L))
+            lsq = np.sqrt(np.einsum("ij,ij->i", cols, cols))
         else:
-            lsq = np.einsum("ij,ij->i", L, L)
-        return kernel_sections(self.kernel, np.ascontiguousarray(L[start:stop]), np.ascontiguousarray(L.T), lsq)
+            lsq = np.einsum("ij,ij->i", cols, cols)
+        return kernel_sections(self.kernel, np.ascontiguousarray(rows), np.ascontiguousarray(cols.T), lsq)
 
     def _blockwise(self, a: np.ndarray, transpose: bool) -> np.ndarray:
         m = self.block_size
