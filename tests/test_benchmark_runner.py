@@ -85,6 +85,27 @@ def test_quick_run_writes_consistent_results(name, tmp_path, stores):
     assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_budget_evaluates_every_kth_call_and_at_the_stop():
+    from benchmarks.comparisons._digits import Budget, OutOfBudget
+
+    seen = []
+    budget = Budget(1e9, lambda model: seen.append(model) or {"score": float(model)}, every=3)
+    for n in range(1, 8):
+        budget(n, n * 10)
+    assert [c["n"] for c in budget.curve] == [3, 6]
+    assert [c["score"] for c in budget.curve] == [30.0, 60.0]
+    assert seen == [30, 60]
+    assert budget.model == 70
+    assert not budget.stopped
+    budget.limit = 0.0  # spent: the next call is evaluated whatever its count, then stops the fit
+    with pytest.raises(OutOfBudget):
+        budget(8, 80)
+    assert budget.stopped
+    assert budget.curve[-1]["n"] == 8
+    assert budget.curve[-1]["score"] == 80.0
+    assert all(c["seconds"] >= 0 for c in budget.curve)
+
+
 def test_peak_memory_sees_an_allocation():
     import time
 
