@@ -28,10 +28,11 @@ from benchmarks.runner import Comparison, PeakMemory, Report, register
 
 #: ``rows``: the ridge passes read the first ``rows`` rows of the store (the 60,000 digits and
 #: 7 deformed copies of each): at 16,384 features a pass over them costs about 100 s here,
-#: so the budget holds about 15 passes, which the conjugate gradients need; a pass over
-#: all 8.1M rows would cost half an hour. 16,384 features: the landmark preconditioner
-#: (``M^2`` float64 and a float32 Gram matrix) keeps the fit under 4 GiB. The SVC steps
-#: sample the whole store. Peers' hinge heads (``SGDClassifier``) up to ``sgd_features``.
+#: so the budget holds about 18 passes, which the conjugate gradients need; a pass over
+#: all 8.1M rows would cost half an hour. At 16,384 features the landmark preconditioner
+#: holds ``M^2`` float64 and a float32 Gram matrix (3 GiB): the fit's peak RSS was
+#: 4.66 GiB in the README's run. The SVC steps sample the whole store. Peers' hinge heads
+#: (``SGDClassifier``) up to ``sgd_features``.
 FULL = {"rows": 480_000, "dsgd_features": 16384, "dsgd_seconds": 1800.0, "svc_seconds": 300.0,
         "svc_steps": 40_000, "svc_every": 250, "peers": [(4096, 60_000), (4096, 240_000), (16384, 60_000)],
         "sgd_features": 4096, "choose_features": 4096}
