@@ -64,16 +64,16 @@ def slab_ridge_sums(S: np.ndarray, features, n_blocks: int, x_cols: slice, y_col
             part = S[r0:r0 + step]
             x = part[:, x_cols]
             Z = features.transform(x, 0, n_blocks) if with_blocks else features.raw_transform(x, 0, n_blocks)
-            for b in range(blocks.shape[0]):
-                zb = Z[:, b * m:(b + 1) * m]
-                blocks[b] += zb.T @ zb
             # float64 copies at a fixed alignment: the same BLAS path (and bits) in any process;
             # block by block of features, so the copy is rows x m, not rows x M
             yd = scratch("ridge-y", (Z.shape[0], c), np.float64)
             np.copyto(yd, part[:, y_cols])
             Zd = scratch("ridge-z", (Z.shape[0], m), np.float64)
             for b in range(n_blocks):
-                np.copyto(Zd, Z[:, b * m:(b + 1) * m])
+                zb = Z[:, b * m:(b + 1) * m]
+                if with_blocks:
+                    blocks[b] += zb.T @ zb
+                np.copyto(Zd, zb)
                 cross[b * m:(b + 1) * m] += Zd.T @ yd
     return np.concatenate([blocks.ravel(), cross.ravel(), [S.shape[0]]])
 
