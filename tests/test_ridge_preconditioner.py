@@ -110,7 +110,7 @@ def test_landmark_moment_is_the_landmarks_second_moment(digits):
 def test_landmark_moment_of_float32_features(digits):
     # float32 features: the products in float32 (the whitened sections kept in the second half of
     # the result's buffer), the result in float64 to float32 round-off: |error| <= eps32 * |G_i| |G_j| / M
-    # times the GEMM's summation length, M = 256 here; the tiles below the diagonal zero; the Gram matrix
+    # times the GEMM's summation length, M = 256 here; the tiles below the diagonal zero
     X = digits[0]
     spec = KernelSpec("gaussian", BANDWIDTH)
     m, J = 64, 4
@@ -122,8 +122,7 @@ def test_landmark_moment_of_float32_features(digits):
         W[j * m:(j + 1) * m, j * m:(j + 1) * m] = feats.normalization[j]
     G = W.T @ K
     expected = G @ G.T / M
-    gram = np.empty((M, M), dtype=np.float32)
-    got = landmark_moment(feats, J, gram=gram)
+    got = landmark_moment(feats, J)
     assert got.dtype == np.float64
     upper = np.triu(np.ones((M, M), dtype=bool))
     norms = np.linalg.norm(G, axis=1)
@@ -132,7 +131,36 @@ def test_landmark_moment_of_float32_features(digits):
     assert np.abs(got - expected)[upper].max() > 0  # computed in float32, not float64
     left = np.kron(np.tril(np.ones((J, J), dtype=bool), -1), np.ones((m, m), dtype=bool))
     assert not got[left].any()  # the tiles left of the diagonal
-    np.testing.assert_allclose(gram, G @ W, rtol=np.finfo(np.float32).eps, atol=1e-12)  # from the float64 sections
+
+
+def test_landmark_gram_in_the_factors_free_tiles(digits):
+    # float32 Gram tiles W^T K_LL W, rounded from the float64 sections, kept two to a tile below the
+    # diagonal of the preconditioner's float64 factor: after the in-place factorisation they are intact,
+    # the factor is that same buffer, and the penalty's products match the dense ones
+    X = digits[0]
+    spec = KernelSpec("gaussian", BANDWIDTH)
+    m, J, alpha, ridge = 64, 4, 1e-3, 1e-6
+    M = J * m
+    feats = NystroemFeatures(spec, X[:M], m, seed=0, dtype="float32", center=X.mean(axis=0))
+    W = np.zeros((M, M))
+    for j in range(J):
+        W[j * m:(j + 1) * m, j * m:(j + 1) * m] = feats.normalization[j]
+    gram = W.T @ kernel_matrix(spec, X[:M], X[:M]) @ W
+    pre = LandmarkPreconditioner(feats, J, alpha, rkhs=True, ridge=ridge)
+    assert pre.gram.hosted
+    assert pre.gram.dtype == np.float32
+    factor = pre.factor[0]
+    assert all(np.shares_memory(pre.gram.tile(i, j), factor) for i in range(J) for j in range(i, J))
+    np.testing.assert_allclose(pre.gram.dense(), gram, rtol=0, atol=np.finfo(np.float32).eps * np.abs(gram).max())
+    # the factor's own triangle is untouched by the tiles: L L^T is the preconditioned matrix, the
+    # moment to float32 round-off (as in test_landmark_moment_of_float32_features)
+    L = np.tril(factor)
+    K = kernel_matrix(spec, X[:M], X[:M])
+    P = alpha * gram + ridge * W.T @ W
+    want = W.T @ K @ K @ W / M + P + pre.floor * np.eye(M)
+    np.testing.assert_allclose(L @ L.T, want, rtol=0, atol=M * np.finfo(np.float32).eps * np.abs(want).max())
+    A = np.random.default_rng(0).normal(size=(M, 3))
+    np.testing.assert_allclose(pre.penalty(A), P @ A + pre.floor * A, rtol=0, atol=1e-5 * np.abs(P @ A).max())
 
 
 @pytest.mark.parametrize("spec", KERNEL_CASES, ids=kernel_id)

@@ -124,11 +124,8 @@ class BlockJacobi:
         return np.concatenate([cho_solve(f, R[i * m:(i + 1) * m]) for i, f in enumerate(self.factors)])
 
 
-def landmark_moment(features, n_blocks: int, gram: np.ndarray | None = None) -> np.ndarray:
+def landmark_moment(features, n_blocks: int) -> np.ndarray:
     """``W^T K_LL^2 W / M`` of Nyström features: their second moment over their own ``M`` landmark rows.
-
-    ``gram``, an ``M x M`` array (the features' precision is enough), receives ``W^T K_LL W`` on the way:
-    the features' Gram matrix in the RKHS (``a^T gram a = ||z a||_H^2``).
 
     Only the tiles on and above the diagonal (of the C-ordered float64 result) are
     filled, tile by tile of the feature blocks; those below are zero. ``G = W^T K_LL``
@@ -154,10 +151,7 @@ def landmark_moment(features, n_blocks: int, gram: np.ndarray | None = None) -> 
         Nj = features.normalization[j].T
         for i in range(n_blocks):
             cols = slice(i * m, (i + 1) * m)
-            Gji = Nj @ features.landmark_kernel(j * m, (j + 1) * m, n_blocks, columns=cols)
-            if gram is not None:  # tile (j, i) of W^T K_LL W, from the float64 sections
-                gram[j * m:(j + 1) * m, cols] = Gji @ features.normalization[i]
-            G[j * m:(j + 1) * m, cols] = Gji
+            G[j * m:(j + 1) * m, cols] = Nj @ features.landmark_kernel(j * m, (j + 1) * m, n_blocks, columns=cols)
 
     def tile(ij):
         i, j = ij
@@ -172,6 +166,86 @@ def landmark_moment(features, n_blocks: int, gram: np.ndarray | None = None) -> 
             out[i * m:(i + 1) * m, :i * m] = 0.0
             for j, t in enumerate(tiles, start=i):
                 out[i * m:(i + 1) * m, j * m:(j + 1) * m] = t
+    return out
+
+
+class SymmetricTiles:
+    """A symmetric ``M x M`` matrix kept as its ``J (J + 1) / 2`` tiles (``m x m``) on and above the diagonal.
+
+    Parameters
+    ----------
+    n_blocks, block_size : int
+        ``J`` and ``m``: ``M = J m``.
+    dtype : dtype
+        The tiles' precision.
+    host : ndarray, optional
+        A C-ordered float64 ``M x M`` array whose tiles strictly below the diagonal are
+        free (those of :class:`LandmarkPreconditioner`'s factor, which holds the upper
+        ones). float32 tiles are kept there, two to a float64 tile, where they fit
+        (``J >= 3``): no memory beyond the host's. Otherwise the tiles have a buffer of
+        their own, ``M (M + m) / 2`` numbers.
+    """
+
+    def __init__(self, n_blocks: int, block_size: int, dtype, host: np.ndarray | None = None):
+        J, m = int(n_blocks), int(block_size)
+        self.n_blocks, self.block_size, self.dtype = J, m, np.dtype(dtype)
+        count = J * (J + 1) // 2
+        per_host_tile = 8 // self.dtype.itemsize
+        self.hosted = host is not None and per_host_tile * (J * (J - 1) // 2) >= count
+        if self.hosted:
+            slots = []
+            for p in range(1, J):
+                for q in range(p):
+                    pair = host[p * m:(p + 1) * m, q * m:(q + 1) * m].view(self.dtype)
+                    slots.extend(pair[:, s * m:(s + 1) * m] for s in range(per_host_tile))
+        else:
+            slots = list(np.empty((count, m, m), dtype=self.dtype))
+        slots = iter(slots)
+        self._tiles = {(i, j): next(slots) for i in range(J) for j in range(i, J)}
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        M = self.n_blocks * self.block_size
+        return M, M
+
+    def tile(self, i: int, j: int) -> np.ndarray:
+        """Tile ``(i, j)``: a view (of the stored tile ``(j, i)``, transposed, below the diagonal)."""
+        return self._tiles[i, j] if i <= j else self._tiles[j, i].T
+
+    def row_product(self, i: int, A: np.ndarray) -> np.ndarray:
+        """Block row ``i`` times ``A`` (``M x c``, in :attr:`dtype`): the sum over ``j`` of tile ``(i, j)`` ``A_j``."""
+        m = self.block_size
+        out = self.tile(i, 0) @ A[:m]
+        for j in range(1, self.n_blocks):
+            out += self.tile(i, j) @ A[j * m:(j + 1) * m]
+        return out
+
+    def dense(self) -> np.ndarray:
+        """The full ``M x M`` matrix (a copy)."""
+        m = self.block_size
+        out = np.empty(self.shape, dtype=self.dtype)
+        for i in range(self.n_blocks):
+            for j in range(self.n_blocks):
+                out[i * m:(i + 1) * m, j * m:(j + 1) * m] = self.tile(i, j)
+        return out
+
+
+def landmark_gram(features, n_blocks: int, out: SymmetricTiles) -> SymmetricTiles:
+    """``W^T K_LL W`` of Nyström features, into the tiles ``out``: their Gram matrix in the RKHS.
+
+    ``a^T W^T K_LL W a = ||z a||_H^2``. Tile ``(i, j)`` is ``N_i^T k(L_i, L_j) N_j``, from the
+    landmarks' kernel sections in float64, rounded to the tiles' precision; one tile per
+    task on parallel threads, ``m x m`` float64 temporaries each.
+    """
+    m = features.block_size
+
+    def fill(ij):
+        i, j = ij
+        K = features.landmark_kernel(i * m, (i + 1) * m, n_blocks, columns=slice(j * m, (j + 1) * m))
+        out.tile(i, j)[...] = (features.normalization[i].T @ K) @ features.normalization[j]
+
+    with one_blas_thread():
+        map_ordered(fill, [(i, j) for i in range(n_blocks) for j in range(i, n_blocks)])
     return out
 
 
@@ -206,14 +280,14 @@ class RKHSPenalty:
     problem Nyström with ``M`` landmarks solves, whatever the blocks. ``ridge W^T W`` is the
     precision ridge on the kernel-section coefficients ``W A`` (:func:`precision_ridge`).
 
-    With ``gram`` (``M x M`` in the features' precision: ``W^T K_LL W``, from
+    With ``gram`` (:class:`SymmetricTiles` of ``W^T K_LL W`` in the features' precision, from
     :class:`LandmarkPreconditioner`) a product costs ``M^2 c``; without it the rows of
     ``K_LL`` are regenerated from the landmarks, block row by block row (``M^2 d`` per
     product, ``m M`` of memory per thread).
     """
 
-    def __init__(self, features, n_blocks: int, alpha: float, ridge: float = 0.0, gram: np.ndarray | None = None,
-                 floor: float = 0.0):
+    def __init__(self, features, n_blocks: int, alpha: float, ridge: float = 0.0,
+                 gram: SymmetricTiles | None = None, floor: float = 0.0):
         self.features = features
         self.n_blocks = n_blocks
         self.alpha = alpha
@@ -225,7 +299,7 @@ class RKHSPenalty:
         f, m = self.features, self.features.block_size
         if self.gram is not None:
             Ag = np.asarray(A, dtype=self.gram.dtype)
-            parts = map_ordered(lambda i: self.gram[i * m:(i + 1) * m] @ Ag, range(self.n_blocks))
+            parts = map_ordered(lambda i: self.gram.row_product(i, Ag), range(self.n_blocks))
         else:
             C = f.fold(A)
             parts = map_ordered(lambda i: f.normalization[i].T @ (f.landmark_kernel(i * m, (i + 1) * m,
@@ -260,16 +334,18 @@ class LandmarkPreconditioner:
     With ``rkhs=True`` the penalty is the RKHS norm of the function instead of the
     coefficients' norm: the factor is of ``W^T K_LL^2 W / M + alpha W^T K_LL W + ridge W^T W``
     (``ridge`` on the norm of the coefficients of the kernel sections), and :attr:`gram`
-    (``M x M``, in the features' precision) keeps ``W^T K_LL W``, and :attr:`penalty` (:class:`RKHSPenalty`)
-    multiplies by the penalty part of the factored matrix, with that Gram matrix.
+    (:class:`SymmetricTiles` in the features' precision, :func:`landmark_gram`) keeps ``W^T K_LL W``, and
+    :attr:`penalty` (:class:`RKHSPenalty`) multiplies by the penalty part of the factored matrix, with
+    that Gram matrix. float32 tiles are kept in the factor's free tiles below the diagonal: the
+    preconditioner holds ``M^2`` float64 in all.
     """
 
     def __init__(self, features, n_blocks: int, alpha: float, rkhs: bool = False, ridge: float = 0.0):
         floor = None
         M = n_blocks * features.block_size
-        self.gram = np.empty((M, M), dtype=features.dtype) if rkhs else None
+        m = features.block_size
         for _ in range(3):
-            C = landmark_moment(features, n_blocks, gram=self.gram)
+            C = landmark_moment(features, n_blocks)
             diag = C.reshape(-1)[::M + 1]  # a view
             if floor is None:
                 # above the round-off of the moment, computed in the features' precision
@@ -277,19 +353,22 @@ class LandmarkPreconditioner:
                 floor = max(0.0 if rkhs else alpha, M * np.finfo(np.float64).eps * trace,
                             float(np.finfo(features.dtype).eps) * trace)
             diag += floor
+            self.gram = None
             if rkhs:
-                m = features.block_size
-                for i in range(n_blocks):  # the upper triangle, block row by block row: no M^2 temporary
-                    C[i * m:(i + 1) * m, i * m:] += alpha * self.gram[i * m:(i + 1) * m, i * m:]
+                self.gram = landmark_gram(features, n_blocks, SymmetricTiles(n_blocks, m, features.dtype, host=C))
+                for i in range(n_blocks):  # the upper triangle, tile by tile: no M^2 temporary
+                    for j in range(i, n_blocks):
+                        C[i * m:(i + 1) * m, j * m:(j + 1) * m] += alpha * self.gram.tile(i, j)
                     N = features.normalization[i]
                     C[i * m:(i + 1) * m, i * m:(i + 1) * m] += ridge * (N.T @ N)
             try:
                 # the C-ordered upper triangle is the lower one of the Fortran-ordered
-                # transpose: LAPACK factors it in place
+                # transpose: LAPACK factors it in place, and leaves the other triangle (the Gram tiles) alone
                 with one_blas_thread():
                     self.factor = cho_factor(C.T, lower=True, overwrite_a=True, check_finite=False)
                 break
             except np.linalg.LinAlgError:  # pragma: no cover - round-off beyond the floor
+                self.gram = None
                 del C, diag
                 floor *= 100
         else:  # pragma: no cover
