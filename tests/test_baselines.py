@@ -13,6 +13,7 @@ from sklearn.metrics.pairwise import laplacian_kernel, rbf_kernel
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import dsgd_dask.baselines._dense as dense
+import dsgd_dask.baselines._moments as moments
 from dsgd_dask import DSGDKernelPCA
 from dsgd_dask.baselines import (
     GAINS,
@@ -96,6 +97,22 @@ def _features(est, X):
         n_blocks = est.n_features_ // est.block_size
         return est.random_features_.transform(X, 0, n_blocks).astype(np.float64) / np.sqrt(n_blocks)
     return kernel_matrix(est.kernel_, X, est.landmarks_) @ est.normalization_
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_panelled_gram_is_the_dense_one(monkeypatch, dtype):
+    # a^T a by GEMMs on column panels (5 columns: the last panel partial), summed over two
+    # slices, then mirrored: exactly symmetric, equal to the dense product to round-off
+    monkeypatch.setattr(moments, "GRAM_PANEL", 5)
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(30, 17)).astype(dtype), rng.normal(size=(12, 17)).astype(dtype)
+    out = np.zeros((17, 17))
+    moments.add_gram(out, a)
+    moments.add_gram(out, b)
+    got = moments.mirror_upper(out)
+    want = a.T.astype(np.float64) @ a + b.T.astype(np.float64) @ b
+    np.testing.assert_array_equal(got, got.T)
+    np.testing.assert_allclose(got, want, rtol=0, atol=64 * np.finfo(dtype).eps * np.abs(want).max())
 
 
 @pytest.mark.parametrize(("cls", "rtol"), [(RandomFeaturePCA, 1e-5), (NystroemPCA, 1e-9)])

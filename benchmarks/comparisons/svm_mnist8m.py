@@ -134,10 +134,14 @@ def measure(ctx) -> Report:
         del Xs, ys
 
     dsgd_best = min(r["test_error"] for r in rows if r["method"].startswith("DSGD"))
-    peer_best = min(rows[2:], key=lambda r: r["test_error"])
-    notes = [f"Best DSGD test error {100 * dsgd_best:.2f}%, best peer {peer_best['method']} on "
-             f"{peer_best['rows']:,} rows {100 * peer_best['test_error']:.2f}%: "
-             f"{'DSGD ahead' if dsgd_best < peer_best['test_error'] else 'the peer is ahead'}.",
+    if rows[2:]:
+        peer_best = min(rows[2:], key=lambda r: r["test_error"])
+        verdict = (f"best peer {peer_best['method']} on {peer_best['rows']:,} rows "
+                   f"{100 * peer_best['test_error']:.2f}%: "
+                   f"{'DSGD ahead' if dsgd_best < peer_best['test_error'] else 'the peer is ahead'}.")
+    else:
+        verdict = "no peer run (peers=())."
+    notes = [f"Best DSGD test error {100 * dsgd_best:.2f}%, {verdict}",
              f"Bandwidth {bandwidth:.3g} and nu {nu:g} for every method, chosen on training digits only."]
 
     def figure(path):

@@ -23,6 +23,8 @@ from dsgd_dask.streams.inputs import DataView, check_finite_block
 
 #: Rows whose features are formed at once: bounds the temporaries to ``SLICE_ROWS x M``.
 SLICE_ROWS = 2048
+#: Columns per GEMM of :func:`add_gram`.
+GRAM_PANEL = 2048
 
 
 @dataclass(eq=False)
@@ -73,16 +75,39 @@ def slice_moments(X: np.ndarray, fmap, shift: np.ndarray) -> np.ndarray:
         za = np.empty((z.shape[0], M + 1), dtype=z.dtype)
         np.subtract(z, shift.astype(z.dtype, copy=False), out=za[:, :M])
         za[:, M] = 1
-        out += za.T @ za
+        add_gram(out, za)
+    return mirror_upper(out)
+
+
+def add_gram(out: np.ndarray, a: np.ndarray) -> None:
+    """``out += a^T a`` on the tiles on and above the diagonal (``GRAM_PANEL`` columns each); those below unchanged.
+
+    One GEMM per column panel, ``a[:, :j+p]^T a[:, j:j+p]``: the flops of a symmetric
+    rank-k update. NumPy sends ``a.T @ a`` to BLAS ``syrk``, and OpenBLAS 0.3.31's
+    threaded ``dsyrk`` crashes (SIGSEGV) from about ``2048 x 16385`` on (2 threads),
+    where these GEMMs do not.
+    """
+    M = a.shape[1]
+    for j in range(0, M, GRAM_PANEL):
+        stop = min(j + GRAM_PANEL, M)
+        out[:stop, j:stop] += a[:, :stop].T @ a[:, j:stop]
+
+
+def mirror_upper(out: np.ndarray) -> np.ndarray:
+    """Copy the tiles above the diagonal (``GRAM_PANEL`` columns each) to those below, in place."""
+    M = out.shape[0]
+    for j in range(0, M, GRAM_PANEL):
+        stop = min(j + GRAM_PANEL, M)
+        out[stop:, j:stop] = out[j:stop, stop:].T
+        block = out[j:stop, j:stop]
+        block[...] = np.triu(block) + np.triu(block, 1).T
     return out
 
 
 def _chunk_moments(block: np.ndarray, fmap, shift: np.ndarray, block_info=None) -> np.ndarray:
     loc = block_info[0]["chunk-location"][0] if block_info else "?"
     check_finite_block(block, f"row chunk {loc}")
-    # Chunk tasks run side by side: each with one BLAS thread, as every task of the
-    # package. Two concurrent multithreaded float64 GEMMs of 2048 x 16385 (m = 8192 per
-    # view) crashed OpenBLAS here (SIGSEGV).
+    # Chunk tasks run side by side: each with one BLAS thread, as every task of the package.
     with one_blas_thread():
         return slice_moments(block, fmap, shift)[None]
 
