@@ -27,7 +27,8 @@ BOTH = ("NystroemCCA", "RandomFeatureCCA")
 #: A pass of the DSGD solver at 8192 features per view costs ``n M (d + 3q)`` products per
 #: view (``q`` about 160), about a minute per 240k rows here, and the passes need 12-13 to
 #: converge: these rows fit the budget. 8192 features per view: the two landmark
-#: preconditioners hold about 1.5 GiB (16,384 would hold about 6 GiB); not yet measured here.
+#: preconditioners hold 1 GiB (16,384 would hold 4 GiB); the fit's peak RSS was 2.69 GiB
+#: in the README's run.
 #: Peers: ``(m, rows, methods)``; ``RandomFeatureCCA(8192)`` needed 23 GB on 54k rows.
 FULL = {"k": 50, "rows": 240_000, "dsgd_features": 8192, "dsgd_seconds": 1800.0,
         "peers": [(4096, 120_000, BOTH), (8192, 60_000, ("NystroemCCA",))],

@@ -30,8 +30,9 @@ from benchmarks.runner import Comparison, PeakMemory, Report, register
 #: 7 deformed copies of each): at 16,384 features a pass over them costs about 100 s here,
 #: so the budget holds about 18 passes, which the conjugate gradients need; a pass over
 #: all 8.1M rows would cost half an hour. At 16,384 features the landmark preconditioner
-#: holds ``M^2`` float64 and a float32 Gram matrix (3 GiB): the fit's peak RSS was
-#: 4.66 GiB in the README's run. The SVC steps sample the whole store. Peers' hinge heads
+#: holds ``M^2`` float64 (2 GiB), with the float32 Gram tiles in its free lower tiles; the
+#: fit's peak RSS was 4.66 GiB in the README's run, made before they moved there (1 GiB
+#: less since). The SVC steps sample the whole store. Peers' hinge heads
 #: (``SGDClassifier``) up to ``sgd_features``.
 FULL = {"rows": 480_000, "dsgd_features": 16384, "dsgd_seconds": 1800.0, "svc_seconds": 300.0,
         "svc_steps": 40_000, "svc_every": 250, "peers": [(4096, 60_000), (4096, 240_000), (16384, 60_000)],
