@@ -230,6 +230,13 @@ class SymmetricTiles:
         return out
 
 
+def whitened_landmark_tile(features, n_blocks: int, i: int, j: int) -> np.ndarray:
+    """Tile ``(i, j)`` of ``W^T K_LL W`` in float64: ``N_i^T k(L_i, L_j) N_j`` (``m x m`` temporaries)."""
+    m = features.block_size
+    K = features.landmark_kernel(i * m, (i + 1) * m, n_blocks, columns=slice(j * m, (j + 1) * m))
+    return (features.normalization[i].T @ K) @ features.normalization[j]
+
+
 def landmark_gram(features, n_blocks: int, out: SymmetricTiles) -> SymmetricTiles:
     """``W^T K_LL W`` of Nyström features, into the tiles ``out``: their Gram matrix in the RKHS.
 
@@ -237,12 +244,8 @@ def landmark_gram(features, n_blocks: int, out: SymmetricTiles) -> SymmetricTile
     landmarks' kernel sections in float64, rounded to the tiles' precision; one tile per
     task on parallel threads, ``m x m`` float64 temporaries each.
     """
-    m = features.block_size
-
     def fill(ij):
-        i, j = ij
-        K = features.landmark_kernel(i * m, (i + 1) * m, n_blocks, columns=slice(j * m, (j + 1) * m))
-        out.tile(i, j)[...] = (features.normalization[i].T @ K) @ features.normalization[j]
+        out.tile(*ij)[...] = whitened_landmark_tile(features, n_blocks, *ij)
 
     with one_blas_thread():
         map_ordered(fill, [(i, j) for i in range(n_blocks) for j in range(i, n_blocks)])
@@ -313,8 +316,7 @@ class RKHSPenalty:
         out = np.empty((self.n_blocks, m, m))
         for i in range(self.n_blocks):
             N = f.normalization[i]
-            K = f.landmark_kernel(i * m, (i + 1) * m, self.n_blocks, columns=slice(i * m, (i + 1) * m))
-            out[i] = self.alpha * (N.T @ K @ N) + self.ridge * (N.T @ N)
+            out[i] = self.alpha * whitened_landmark_tile(f, self.n_blocks, i, i) + self.ridge * (N.T @ N)
         return out
 
 
