@@ -27,13 +27,16 @@ BOTH = ("NystroemCCA", "RandomFeatureCCA")
 #: A pass of the DSGD solver at 8192 features per view costs ``n M (d + 3q)`` products per
 #: view (``q`` about 160), about a minute per 240k rows here, and the passes need 12-13 to
 #: converge: these rows fit the budget. 8192 features per view: the two landmark
-#: preconditioners hold 1 GiB (16,384 would hold 4 GiB); the fit's peak RSS was 2.69 GiB
-#: in the README's run.
+#: preconditioners hold 1 GiB (16,384 would hold 4 GiB).
+#: ``dsgd_dtype``: the DSGD features in float64, as the peers' are. The ridge lands at the
+#: small end of the grid (1e-6 of a unit-variance function), where float32 sections
+#: (relative round-off 6e-8, plus the precision ridge scaled to it) cost accuracy: 43.48
+#: in float32 against 44.32 in float64 on the same 240k rows, for twice the time per pass.
 #: Peers: ``(m, rows, methods)``; ``RandomFeatureCCA(8192)`` needed 23 GB on 54k rows.
-FULL = {"k": 50, "rows": 240_000, "dsgd_features": 8192, "dsgd_seconds": 1800.0,
+FULL = {"k": 50, "rows": 240_000, "dsgd_features": 8192, "dsgd_dtype": "float64", "dsgd_seconds": 1800.0,
         "peers": [(4096, 120_000, BOTH), (8192, 60_000, ("NystroemCCA",))],
-        "reg_grid": (1e-3, 1e-4, 1e-5, 1e-6), "reg_rows": 60_000}
-QUICK = {"k": 5, "rows": None, "dsgd_features": 512, "dsgd_seconds": 60.0,
+        "reg_grid": (1e-3, 1e-4, 1e-5, 1e-6, 1e-7), "reg_rows": 60_000}
+QUICK = {"k": 5, "rows": None, "dsgd_features": 512, "dsgd_dtype": "float64", "dsgd_seconds": 60.0,
          "peers": [(256, 4096, BOTH)], "reg_grid": (1e-3, 1e-5), "reg_rows": 4096}
 
 LEFT = np.array([r * 28 + c for r in range(28) for c in range(14)])
@@ -71,7 +74,8 @@ def measure(ctx) -> Report:
         return {"correlation_sum": float(paired_correlations(fx.evaluate(TL), fy.evaluate(TR)).sum())}
 
     budget = Budget(cfg["dsgd_seconds"], score_of)
-    est = DSGDKernelCCA(k, reg=reg, n_features=cfg["dsgd_features"], random_state=SEED)
+    est = DSGDKernelCCA(k, reg=reg, n_features=cfg["dsgd_features"], compute_dtype=cfg["dsgd_dtype"],
+                        random_state=SEED)
     with PeakMemory() as mem:
         try:
             est.fit(XL, XR, callback=budget)
@@ -79,7 +83,8 @@ def measure(ctx) -> Report:
         except OutOfBudget:
             score = budget.curve[-1]["correlation_sum"]
             stop = f"wall-time budget ({cfg['dsgd_seconds']:.0f} s) spent after {budget.curve[-1]['n']} passes"
-    rows.append({"method": "DSGDKernelCCA", "rows": n, "features": cfg["dsgd_features"], "correlation_sum": score,
+    rows.append({"method": f"DSGDKernelCCA({cfg['dsgd_dtype']} features)", "rows": n,
+                 "features": cfg["dsgd_features"], "correlation_sum": score,
                  "seconds": budget.seconds, "peak_rss_gib": mem.peak / 2**30, "stopped": stop})
     curves["DSGDKernelCCA"] = budget.curve
     ctx.log(f"DSGDKernelCCA: {score:.2f} in {budget.seconds:.0f} s ({stop})")
