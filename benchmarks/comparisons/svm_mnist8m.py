@@ -27,17 +27,16 @@ from benchmarks.comparisons._digits import SEED, Budget, OutOfBudget, digit_stor
 from benchmarks.runner import Comparison, PeakMemory, Report, register
 
 #: ``rows``: the ridge passes read the first ``rows`` rows of the store (the 60,000 digits and
-#: 7 deformed copies of each): at 16,384 features a pass over them costs about 100 s here,
-#: so the budget holds about 18 passes, which the conjugate gradients need; a pass over
+#: 7 deformed copies of each): at 16,384 features a pass over them costs 100-120 s here,
+#: so the budget holds 15-18 passes, which the conjugate gradients need; a pass over
 #: all 8.1M rows would cost half an hour. At 16,384 features the landmark preconditioner
 #: holds ``M^2`` float64 (2 GiB), with the float32 Gram tiles in its free lower tiles; the
-#: fit's peak RSS was 4.66 GiB in the README's run, made before they moved there (1 GiB
-#: less since). The SVC steps sample the whole store.
+#: fit's peak RSS was 3.35 GiB in the README's run. The SVC steps sample the whole store.
 #: Peers: ``(m, rows, hinge)``: both feature maps with a ridge head, and a hinge head
-#: (``SGDClassifier``, about 25 minutes per 10^9 feature entries here) on the maps in
-#: ``hinge``. The hinge heads go to Nyström's largest ``m``, where they are strongest, and
-#: stop at 60,000 rows for random features, whose hinge head is the weakest peer at every
-#: size measured (4.74 % on 240,000 rows in an earlier run, against 2.94 % for their ridge
+#: (``SGDClassifier``, 26 minutes on 240,000 rows x 4096 here) on the maps in ``hinge``.
+#: The hinge heads go to Nyström's largest ``m``, where they are strongest, and stop at
+#: 60,000 rows for random features, whose hinge head is the weakest peer at every size
+#: measured (4.74 % on 240,000 rows in an earlier run, against 2.94 % for their ridge
 #: head at 16,384 features).
 BOTH = ("Nystroem", "RBFSampler")
 FULL = {"rows": 480_000, "dsgd_features": 16384, "dsgd_seconds": 1800.0, "svc_seconds": 300.0,
