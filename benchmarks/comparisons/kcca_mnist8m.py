@@ -25,13 +25,15 @@ from benchmarks.runner import Comparison, PeakMemory, Report, register
 BOTH = ("NystroemCCA", "RandomFeatureCCA")
 #: ``rows``: the first rows of the store (the 60,000 digits and 3 deformed copies of each).
 #: A pass of the DSGD solver at 8192 features per view costs ``n M (d + 3q)`` products per
-#: view (``q`` about 160), about a minute per 240k rows here, and the passes need 12-13 to
-#: converge: these rows fit the budget. 8192 features per view: the two landmark
-#: preconditioners hold 1 GiB (16,384 would hold 4 GiB).
+#: view (``q`` about 160): in float64, about 80 s per 240k rows here, and at the ridge
+#: chosen on 2026-11-25 (1e-7) the passes needed 18 to converge (1460 s): these rows fit
+#: the budget. 8192 features per view: the two landmark preconditioners hold 1 GiB
+#: (16,384 would hold 4 GiB).
 #: ``dsgd_dtype``: the DSGD features in float64, as the peers' are. The ridge lands at the
-#: small end of the grid (1e-6 of a unit-variance function), where float32 sections
+#: small end of the grid (1e-6 … 1e-7 of a unit-variance function), where float32 sections
 #: (relative round-off 6e-8, plus the precision ridge scaled to it) cost accuracy: 43.48
-#: in float32 against 44.32 in float64 on the same 240k rows, for twice the time per pass.
+#: in float32 against 44.32 in float64 on the same 240k rows at 1e-6, for twice the time
+#: per pass.
 #: Peers: ``(m, rows, methods)``; ``RandomFeatureCCA(8192)`` needed 23 GB on 54k rows.
 FULL = {"k": 50, "rows": 240_000, "dsgd_features": 8192, "dsgd_dtype": "float64", "dsgd_seconds": 1800.0,
         "peers": [(4096, 120_000, BOTH), (8192, 60_000, ("NystroemCCA",))],
