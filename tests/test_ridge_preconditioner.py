@@ -6,11 +6,14 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
+import scipy.linalg
 from conftest import KERNEL_CASES, kernel_id
+from threadpoolctl import threadpool_info, threadpool_limits
 
 from dsgd_dask import DSGDKernelRidge
 from dsgd_dask.datasets import load_mnist
-from dsgd_dask.engine.ridge import LandmarkPreconditioner, RKHSPenalty, landmark_moment
+from dsgd_dask.engine import ridge as ridge_module
+from dsgd_dask.engine.ridge import BlockJacobi, LandmarkPreconditioner, RKHSPenalty, landmark_moment
 from dsgd_dask.features import KernelSpec
 from dsgd_dask.features.kernels import kernel_matrix
 from dsgd_dask.features.nystroem import NystroemFeatures
@@ -266,3 +269,39 @@ def test_rkhs_penalty_products(digits):
     blocks = regenerated.block_diagonal()
     for j in range(J):
         np.testing.assert_allclose(blocks[j], P[j * m:(j + 1) * m, j * m:(j + 1) * m], rtol=0, atol=1e-12)
+
+
+def test_block_jacobi_is_the_block_diagonal_inverse_on_one_blas_thread(monkeypatch):
+    """Each block's Cholesky solve of ``B_b + P_b + floor I``, factored and applied on one BLAS thread.
+
+    OpenBLAS 0.3.31's threaded ``dpotrf`` crashes on matrices of 16,384 rows, so the
+    factors must not be computed with more than one thread, whatever the caller's limit.
+    """
+    rng = np.random.default_rng(0)
+    J, m = 3, 40
+    A = rng.standard_normal((J, m, 2 * m))
+    blocks = A @ A.transpose(0, 2, 1) / (2 * m)
+    P = A[:, :, :5] @ A[:, :, :5].transpose(0, 2, 1)
+    R = rng.standard_normal((J * m, 3))
+    seen = []
+
+    def blas_threads():
+        return max(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
+
+    def recording(fn):
+        def wrapped(*args, **kwargs):
+            seen.append(blas_threads())
+            return fn(*args, **kwargs)
+        return wrapped
+
+    monkeypatch.setattr(ridge_module, "cho_factor", recording(scipy.linalg.cho_factor))
+    monkeypatch.setattr(ridge_module, "cho_solve", recording(scipy.linalg.cho_solve))
+    with threadpool_limits(limits=2, user_api="blas"):
+        for alpha, penalty in ((0.5, None), (0.0, P)):
+            pre = BlockJacobi(blocks, alpha, penalty)
+            floor = max(alpha, 1e-10 * max(float(np.trace(b)) / m for b in blocks))
+            dense = scipy.linalg.block_diag(*(blocks + (0 if penalty is None else penalty)))
+            expected = np.linalg.solve(dense + floor * np.eye(J * m), R)
+            np.testing.assert_allclose(pre(R), expected, rtol=1e-6, atol=1e-8 * np.abs(expected).max())
+    assert len(seen) == 4 * J
+    assert set(seen) == {1}

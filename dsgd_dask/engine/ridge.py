@@ -107,7 +107,9 @@ class BlockJacobi:
     """The preconditioner ``diag_b(E[z_b z_b^T] + P_b + alpha I)^{-1}``, one Cholesky factor per block.
 
     ``penalty``: the diagonal blocks ``P_b`` of a penalty's matrix (``(J, m, m)``, e.g.
-    :meth:`RKHSPenalty.block_diagonal`), else none.
+    :meth:`RKHSPenalty.block_diagonal`), else none. Factored and applied on one BLAS
+    thread, as :class:`LandmarkPreconditioner` is: OpenBLAS 0.3.31's threaded ``dpotrf``
+    crashes (SIGSEGV) on matrices of 16,384 rows.
     """
 
     def __init__(self, blocks: np.ndarray, alpha: float, penalty: np.ndarray | None = None):
@@ -117,11 +119,13 @@ class BlockJacobi:
         self.m = m
         if penalty is not None:
             blocks = blocks + penalty
-        self.factors = [cho_factor(b + floor * np.eye(m)) for b in blocks]
+        with one_blas_thread():
+            self.factors = [cho_factor(b + floor * np.eye(m)) for b in blocks]
 
     def __call__(self, R: np.ndarray) -> np.ndarray:
         m = self.m
-        return np.concatenate([cho_solve(f, R[i * m:(i + 1) * m]) for i, f in enumerate(self.factors)])
+        with one_blas_thread():
+            return np.concatenate([cho_solve(f, R[i * m:(i + 1) * m]) for i, f in enumerate(self.factors)])
 
 
 def landmark_moment(features, n_blocks: int) -> np.ndarray:
