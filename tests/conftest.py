@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
+from threadpoolctl import threadpool_info
 
 from dsgd_dask.datasets import load_mnist
 from dsgd_dask.features import KernelSpec
@@ -66,3 +67,8 @@ KERNEL_CASES = [
 def kernel_id(spec: KernelSpec) -> str:
     extra = f"nu{spec.nu}" if spec.nu is not None else f"order{spec.order}" if spec.order is not None else ""
     return f"{spec.name}{extra}"
+
+
+def blas_threads() -> int:
+    """The largest BLAS thread count in force now."""
+    return max(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")

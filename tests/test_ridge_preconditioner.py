@@ -7,8 +7,8 @@ import dask.array as da
 import numpy as np
 import pytest
 import scipy.linalg
-from conftest import KERNEL_CASES, kernel_id
-from threadpoolctl import threadpool_info, threadpool_limits
+from conftest import KERNEL_CASES, blas_threads, kernel_id
+from threadpoolctl import threadpool_limits
 
 from dsgd_dask import DSGDKernelRidge
 from dsgd_dask.datasets import load_mnist
@@ -284,9 +284,6 @@ def test_block_jacobi_is_the_block_diagonal_inverse_on_one_blas_thread(monkeypat
     P = A[:, :, :5] @ A[:, :, :5].transpose(0, 2, 1)
     R = rng.standard_normal((J * m, 3))
     seen = []
-
-    def blas_threads():
-        return max(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
 
     def recording(fn):
         def wrapped(*args, **kwargs):

@@ -6,8 +6,9 @@ import threading
 
 import numpy as np
 import pytest
+from conftest import blas_threads
 from scipy import stats
-from threadpoolctl import threadpool_info, threadpool_limits
+from threadpoolctl import threadpool_limits
 
 from dsgd_dask import DSGDKernelPCA
 from dsgd_dask._threads import one_blas_thread, parallel_width
@@ -48,20 +49,16 @@ def test_normal_pairs_are_independent():
         assert abs(np.corrcoef(a, b)[0, 1]) < 5 / np.sqrt(h)
 
 
-def _blas_threads() -> int:
-    return max(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
-
-
 def test_one_blas_thread_nests_and_overlaps_across_threads():
     with threadpool_limits(limits=2, user_api="blas"):
-        assert _blas_threads() == 2
+        assert blas_threads() == 2
         with one_blas_thread():
-            assert _blas_threads() == 1
+            assert blas_threads() == 1
             assert parallel_width() == 2
             with one_blas_thread():
-                assert _blas_threads() == 1
-            assert _blas_threads() == 1  # the inner exit does not restore
-        assert _blas_threads() == 2
+                assert blas_threads() == 1
+            assert blas_threads() == 1  # the inner exit does not restore
+        assert blas_threads() == 2
         # overlapping computations in two threads: the first to finish must not restore
         entered, release_a, done_a = threading.Event(), threading.Event(), threading.Event()
         seen = {}
@@ -78,10 +75,10 @@ def test_one_blas_thread_nests_and_overlaps_across_threads():
         with one_blas_thread():
             release_a.set()
             done_a.wait()
-            seen["after_a"] = _blas_threads()
+            seen["after_a"] = blas_threads()
         t.join()
         assert seen["after_a"] == 1
-        assert _blas_threads() == 2
+        assert blas_threads() == 2
 
 
 @pytest.mark.parametrize("cache_bytes", [None, 0])
@@ -119,11 +116,11 @@ def test_fit_in_another_thread_equals_fit_in_the_main_thread():
 
         def fit_here():
             out["coef"] = DSGDKernelPCA(**params).fit(X).model_.coef
-            out["threads_after"] = _blas_threads()
+            out["threads_after"] = blas_threads()
 
         t = threading.Thread(target=fit_here)
         t.start()
         t.join()
-        assert _blas_threads() == 2
+        assert blas_threads() == 2
     np.testing.assert_array_equal(out["coef"], main)
     assert out["threads_after"] == 2
