@@ -5,10 +5,11 @@ store, and all 8.1M), Gaussian kernel with the median bandwidth, ``k = 50``. Qua
 ``sin^2`` of the largest principal angle between a method's projections of the 10,000
 MNIST test digits and a reference's, against fit wall time.
 
-**Reference.** A converged float64 solve on one Nyström block of ``reference_features``
-landmarks drawn from the rows (of a uniform subsample of ``reference_rows`` of them on the
-8.1M rows, where a full-data reference alone would take hours) (``DSGDKernelPCA(block_size=R, tol=1e-9,
-compute_dtype="float64")``: the problem ``NystroemPCA(R)`` solves exactly), for two
+**Reference.** A converged solve on ``reference_features`` Nyström landmarks drawn from
+the rows (of a uniform subsample of ``reference_rows`` of them on the 8.1M rows, where a
+full-data reference alone would take hours), whitened together
+(``DSGDKernelPCA(n_features=R, tol=1e-9, compute_dtype=reference_dtype)``, one block or
+blocks of 4096 whitened jointly: the problem ``NystroemPCA(R)`` solves exactly), for two
 independent landmark draws; their agreement bounds how small a reported ``sin^2`` means
 anything. Configurations predicted (from their flop count and the machine's GEMM rate,
 measured in the run) to take longer than ``max_seconds`` are skipped and listed as such:
@@ -31,16 +32,17 @@ from benchmarks.runner import Comparison, PeakMemory, Report, register
 D = 784
 FULL = {"rows": (1_048_576, 8_100_000), "k": 50, "nystroem": (512, 1024, 2048, 4096, 8192, 16384),
         "rff": (1024, 2048, 4096, 8192, 16384), "dsgd": (1024, "auto", 8192, 16384), "reference_features": 4096,
-        "reference_seeds": (101, 102), "reference_rows": 1_048_576, "max_seconds": 1800.0, "max_matrix_gib": 8.0,
-        "target_sin2": 0.05}
+        "reference_dtype": "float64", "reference_seeds": (101, 102), "reference_rows": 1_048_576,
+        "max_seconds": 1800.0, "max_matrix_gib": 8.0, "target_sin2": 0.05}
 QUICK = {"rows": (4096, 8192), "k": 5, "nystroem": (128, 256), "rff": (256,), "dsgd": ("auto",),
-         "reference_features": 512, "reference_seeds": (101, 102), "reference_rows": 4096, "max_seconds": 60.0,
-         "max_matrix_gib": 1.0, "target_sin2": 0.05}
+         "reference_features": 512, "reference_dtype": "float64", "reference_seeds": (101, 102),
+         "reference_rows": 4096, "max_seconds": 60.0, "max_matrix_gib": 1.0, "target_sin2": 0.05}
 
 
 def configurations(cfg: dict, n: int, k: int, rate: float):
     """``(method, label, factory, predicted seconds, m x m matrix GiB)`` of one case."""
     from dsgd_dask import DSGDKernelPCA, NystroemPCA, RandomFeaturePCA
+    from dsgd_dask.estimators.kpca import JOINT_MAX_FEATURES
 
     f64 = rate / 2.5
     out = []
@@ -54,8 +56,10 @@ def configurations(cfg: dict, n: int, k: int, rate: float):
         budget = default_budget(k) if M == "auto" else M
         make = (lambda: DSGDKernelPCA(k, random_state=SEED)) if M == "auto" else \
             (lambda M=M: DSGDKernelPCA(k, n_features=M, random_state=SEED))
+        # the joint whitening's factor (M x M float64), or one block's whitening
+        matrix = budget if 4096 < budget <= JOINT_MAX_FEATURES else min(budget, 4096)
         out.append(("DSGDKernelPCA", "defaults" if M == "auto" else f"M={M}", make,
-                    pass_flops(n, budget, k, d=D) / rate, 8 * 4096**2 / 2**30))
+                    pass_flops(n, budget, k, d=D) / rate, 8 * matrix**2 / 2**30))
     return out
 
 
@@ -69,24 +73,26 @@ def reference(cfg: dict, X, Xt, k: int, ctx, store) -> tuple[np.ndarray, dict]:
     from dsgd_dask import DSGDKernelPCA
     from dsgd_dask.metrics import principal_angle_sin2
 
-    R = cfg["reference_features"]
+    R, dtype = cfg["reference_features"], cfg["reference_dtype"]
     key = (f"reference_{store.name}_{X.shape[0]}_{min(X.shape[0], cfg['reference_rows'])}_k{k}_R{R}_"
-           f"{'-'.join(map(str, cfg['reference_seeds']))}_t{len(Xt)}.npz")
+           f"{'-'.join(map(str, cfg['reference_seeds']))}_t{len(Xt)}{'' if dtype == 'float64' else '_' + dtype}.npz")
     cache = ctx.store_dir / key
     if cache.exists():
         with np.load(cache, allow_pickle=False) as f:
             info = json.loads(str(f["info"]))
             ctx.log(f"  reference from {cache.name} (computed in {sum(info['seconds']):.0f} s)")
             return f["projection"], {**info, "cached": True}
-    projections, info = [], {"features": R, "seeds": list(cfg["reference_seeds"]), "seconds": [],
+    projections, info = [], {"features": R, "dtype": dtype, "seeds": list(cfg["reference_seeds"]), "seconds": [],
                              "rows": min(X.shape[0], cfg["reference_rows"])}
     if X.shape[0] > cfg["reference_rows"]:
         idx = np.sort(np.random.default_rng(SEED + 7).choice(X.shape[0], cfg["reference_rows"], replace=False))
         X = X[idx]
     for s in cfg["reference_seeds"]:
         t0 = time.perf_counter()
-        est = DSGDKernelPCA(k, n_features=R, block_size=R, n_oversamples=max(90, 2 * k), tol=1e-9, max_iter=40,
-                            compute_dtype="float64", random_state=s).fit(X)
+        # one block up to 4096 landmarks, blocks of 4096 whitened jointly beyond
+        est = DSGDKernelPCA(k, n_features=R, block_size=min(R, 4096), whitening="auto" if R <= 4096 else "joint",
+                            n_oversamples=max(90, 2 * k), tol=1e-9, max_iter=40, compute_dtype=dtype,
+                            random_state=s).fit(X)
         info["seconds"].append(time.perf_counter() - t0)
         projections.append(np.asarray(est.transform(Xt)))
         ctx.log(f"  reference seed {s}: {info['seconds'][-1]:.0f} s, {est.n_iter_} passes")

@@ -175,7 +175,7 @@ def row_chunks(view: DataView) -> tuple[int, ...]:
 
 
 def full_pass(view: DataView, features, n_blocks: int, V: np.ndarray, shift: np.ndarray, center: bool,
-              token: str = "", features_ref=None, chunks=None) -> PassSums:
+              token: str = "", features_ref=None, chunks=None, whitening=None) -> PassSums:
     """``Cov(z) V`` and the mean of ``z`` over every row of ``view``, in one pass.
 
     ``V`` holds ``p`` coefficient vectors of the features of the first ``n_blocks``
@@ -184,10 +184,14 @@ def full_pass(view: DataView, features, n_blocks: int, V: np.ndarray, shift: np.
     summed slab by slab. ``features_ref`` may be a ``distributed`` future of
     ``features`` already on the workers (sent once per fit, not once per pass).
     ``chunks``, increasing indices into :func:`row_chunks`, restricts the pass to
-    those row chunks (the sums are then over their rows only).
+    those row chunks (the sums are then over their rows only). ``whitening`` (a
+    :class:`~dsgd_dask.features.whitening.JointWhitening` of kernel-section features)
+    replaces the features' own map between coefficients and raw features: it is applied
+    here, on the coefficients and the sums, and never enters the graph.
     """
     M = n_blocks * features.block_size
-    raw_coef = features.fold(V).astype(features.dtype)
+    linear = features if whitening is None else whitening
+    raw_coef = linear.fold(V).astype(features.dtype)
     shift = np.asarray(shift, dtype=features.dtype)
     p = V.shape[1]
     args = (features, n_blocks, raw_coef, shift)
@@ -200,10 +204,12 @@ def full_pass(view: DataView, features, n_blocks: int, V: np.ndarray, shift: np.
     total = reduce_row_chunks(view, _flat_slab_sums, args, (M + 1) * (p + 1), "dsgd-pass",
                               chunks=chunks).reshape(M + 1, p + 1)
     n = total[M, p]
-    cov_times = features.unfold(total[:M, :p]) / n
-    delta = features.unfold(total[:M, p:])[:, 0] / n
+    # one solve for all three when the map is a triangular solve
+    unfolded = linear.unfold(np.hstack([total[:M, :p + 1], shift.astype(np.float64)[:, None]]))
+    cov_times = unfolded[:, :p] / n
+    delta = unfolded[:, p] / n
+    mean_raw_shift = unfolded[:, p + 1]
     ubar = total[M, :p] / n
-    mean_raw_shift = features.unfold(shift.astype(np.float64)[:, None])[:, 0]
     if center:
         cov_times -= np.outer(delta, ubar)
     else:

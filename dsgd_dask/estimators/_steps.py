@@ -52,7 +52,8 @@ def features_payload(features, prefix: str = "") -> tuple[dict, dict]:
         arrays[prefix + "center"] = features.center
     if isinstance(features, NystroemFeatures):
         arrays[prefix + "landmarks"] = features.landmarks
-        arrays[prefix + "normalization"] = features.normalization
+        if features.whiten:
+            arrays[prefix + "normalization"] = features.normalization
     return features.to_dict(), arrays
 
 
@@ -61,10 +62,12 @@ def features_from_payload(fd: dict, arrays: dict, prefix: str = "", cache_bytes=
     spec = KernelSpec(**fd["kernel"])
     kind = fd.get("kind", "fourier")
     if kind == "nystroem":
-        if prefix + "landmarks" not in arrays or prefix + "normalization" not in arrays:
+        whiten = bool(fd.get("whiten", True))
+        if prefix + "landmarks" not in arrays or (whiten and prefix + "normalization" not in arrays):
             raise StoreError("the model store has Nyström features but no landmarks or whitening arrays")
         return NystroemFeatures(spec, arrays[prefix + "landmarks"], fd["block_size"], fd["seed"], fd["dtype"],
-                                center=arrays.get(prefix + "center"), normalization=arrays[prefix + "normalization"])
+                                center=arrays.get(prefix + "center"),
+                                normalization=arrays[prefix + "normalization"] if whiten else None, whiten=whiten)
     if kind == "fourier":
         return RandomFeatures(spec, fd["n_features_in"], fd["block_size"], fd["seed"], fd["dtype"],
                               center=arrays.get(prefix + "center"), cache_bytes=cache_bytes)

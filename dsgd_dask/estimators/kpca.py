@@ -23,6 +23,7 @@ from dsgd_dask.estimators._steps import (
     register,
 )
 from dsgd_dask.features.nystroem import NystroemFeatures
+from dsgd_dask.features.whitening import JointWhitening
 from dsgd_dask.model.expansion import KernelExpansion
 from dsgd_dask.progress import pass_bar
 from dsgd_dask.rules.kpca import pca_rule
@@ -55,6 +56,10 @@ GUARD_FACTOR = 10.0
 #: of eigendecomposition on two cores). Steps add a block per step, of
 #: ``NYSTROEM_STEP_BLOCK``. Fourier blocks are the paper's.
 NYSTROEM_MAX_BLOCK = 4096
+#: ``whitening="auto"``: budgets of several blocks up to this many features are whitened
+#: jointly (one ``M x M`` float64 Cholesky factor: 8 GiB at the limit), larger ones block by
+#: block.
+JOINT_MAX_FEATURES = 32768
 NYSTROEM_STEP_BLOCK = 1024
 FOURIER_BLOCK = 256
 #: Default feature budget of the subspace solver: ``max(2048, 64 k)``.
@@ -87,10 +92,12 @@ class DSGDKernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transfo
     what defines the blocks and their coefficients, never the data or an ``n x n``
     matrix. Two kinds of blocks:
 
-    * ``features="nystroem"`` (default): block ``j`` is the kernel at ``m`` seeded
-      landmark rows drawn from the data, whitened by its own ``K_jj^{-1/2}`` (the model
-      stores ``M d + M m`` numbers for ``M`` features, where one Nyström solve on ``M``
-      landmarks needs an ``M x M`` matrix);
+    * ``features="nystroem"`` (default): the kernel at ``M`` seeded landmark rows drawn
+      from the data, in blocks of ``m``, whitened either jointly by one Cholesky factor of
+      ``K_LL`` (the Nyström approximation of all ``M`` landmarks; the fit holds the
+      ``M x M`` factor, the fitted model only the landmarks) or block by block, each by
+      its own ``K_jj^{-1/2}`` (the average of ``M / m`` Nyström approximations of ``m``
+      landmarks; ``M m`` numbers; see ``whitening``);
     * ``features="fourier"``: random Fourier features regenerated from their seeds (the
       paper's blocks; only seeds are stored).
 
@@ -120,7 +127,15 @@ class DSGDKernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transfo
     kernel_params : dict, optional
         ``{"nu": 0.5 | 1.5 | 2.5}`` for matern, ``{"order": 0 | 1 | 2}`` for arccos.
     features : {"nystroem", "fourier"}, default="nystroem"
-        Nyström blocks (landmark rows, whitened per block) or random Fourier blocks.
+        Nyström blocks (landmark rows) or random Fourier blocks.
+    whitening : {"auto", "joint", "block"}, default="auto"
+        Nyström features: whiten all the landmarks together (``"joint"``: one Cholesky
+        factor of their ``M x M`` kernel matrix, ``M^3 / 3`` flops and ``8 M^2`` bytes
+        during the fit; subspace solver only) or each block on its own (``"block"``:
+        ``m^3`` flops and ``8 M m`` bytes per block; its representation is about as
+        accurate as one block's, whatever ``M``). ``"auto"``: joint for the subspace
+        solver with several blocks and at most 32,768 features (in :meth:`fit`; in
+        :meth:`partial_fit`, which takes steps after its first call, block), block otherwise.
     solver : {"subspace", "oja"}, default="subspace"
         Full-data passes of block subspace iteration, or doubly stochastic steps.
     n_features : int or "auto", default="auto"
@@ -278,13 +293,14 @@ class DSGDKernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transfo
     """
 
     def __init__(self, n_components=5, *, kernel="gaussian", bandwidth="median", kernel_params=None,
-                 features="nystroem", solver="subspace", n_features="auto", block_size="auto",
-                 n_oversamples="auto", tol=1e-4, batch_size=256, max_iter="auto", shuffle_chunks=1,
+                 features="nystroem", whitening="auto", solver="subspace", n_features="auto",
+                 block_size="auto", n_oversamples="auto", tol=1e-4, batch_size=256, max_iter="auto", shuffle_chunks=1,
                  n_partitions=1, eta0=0.5, eta_decay=0.01, init="rca", center=True, ordered=False,
                  compute_dtype="float32", cache_bytes=None, checkpoint=None, checkpoint_every=100,
                  verbose=False, random_state=None):
         self.n_components = n_components
         self.features = features
+        self.whitening = whitening
         self.solver = solver
         self.n_oversamples = n_oversamples
         self.tol = tol
@@ -349,6 +365,7 @@ class DSGDKernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transfo
                 self._finalise(self._sample)
         del self._sample
         del self._basis
+        self._whitening = None
         return self
 
     def partial_fit(self, X, y=None):
@@ -371,10 +388,13 @@ class DSGDKernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transfo
         self : DSGDKernelPCA
         """
         first = not hasattr(self, "state_")
+        if not first and self._params.get("whitening") == "joint":
+            raise ValueError('a model with whitening="joint" is fitted by full passes only: partial_fit cannot '
+                             'take steps on it; fit with whitening="block" to stream batches after the first')
         view = self._validate_input(X, reset=first)
         with one_blas_thread():
             if first:
-                self._initialise(view)
+                self._initialise(view, stream=True)
                 self.convergence_ = []
                 sample = self._sample
                 del self._sample
@@ -383,6 +403,7 @@ class DSGDKernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transfo
                     self._fit_passes(view)
                     self._finalise_passes(sample)
                     del self._basis
+                    self._whitening = None
                     return self
                 del self._basis
             else:
@@ -392,7 +413,7 @@ class DSGDKernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transfo
             self._finalise(sample)
         return self
 
-    def _check_params(self, n_samples: int) -> dict:
+    def _check_params(self, n_samples: int, stream: bool = False) -> dict:
         k = check_int(self.n_components, "n_components")
         kind = check_choice(self.features, "features", ("nystroem", "fourier"))
         solver = check_choice(self.solver, "solver", ("subspace", "oja"))
@@ -414,6 +435,15 @@ class DSGDKernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transfo
             n_blocks = max(1, min(-(-budget // block), n_samples // block))
         else:
             n_blocks = -(-budget // block)
+        whitening = check_choice(self.whitening, "whitening", ("auto", "joint", "block"))
+        if whitening == "joint" and (kind != "nystroem" or solver != "subspace"):
+            raise ValueError(f'whitening="joint" needs features="nystroem" and solver="subspace", '
+                             f"got features={kind!r}, solver={solver!r}")
+        if whitening == "auto":
+            # partial_fit takes steps after its first call: they need whitened blocks
+            joint = not stream and kind == "nystroem" and solver == "subspace" and n_blocks > 1 \
+                and n_blocks * block <= JOINT_MAX_FEATURES
+            whitening = "joint" if joint else "block"
         if k > n_blocks * block:
             raise ValueError(f"n_components={k} must be <= n_features={n_blocks * block}"
                              + (f" (Nyström features: at most the {n_samples} rows)" if kind == "nystroem" else ""))
@@ -437,6 +467,7 @@ class DSGDKernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transfo
             "solver": solver,
             "block_size": block,
             "n_blocks": n_blocks,
+            "whitening": whitening,
             "n_oversamples": oversamples,
             "tol": tol,
             "batch_size": batch,
@@ -450,9 +481,9 @@ class DSGDKernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transfo
             "ordered": bool(check_choice(self.ordered, "ordered", (True, False))),
         }
 
-    def _initialise(self, view, seed: int | None = None) -> None:
-        """Seed, sample, bandwidth, features and the initial solve."""
-        p = self._params = self._check_params(view.n_samples)
+    def _initialise(self, view, seed: int | None = None, stream: bool = False) -> None:
+        """Seed, sample, bandwidth, features and the initial solve (``stream``: for :meth:`partial_fit`)."""
+        p = self._params = self._check_params(view.n_samples, stream)
         self.seed_ = self._seed(self.random_state) if seed is None else seed
         sample = sample_rows(view, N_SAMPLE, self.seed_)
         spec = self._kernel_spec(sample)
@@ -460,14 +491,21 @@ class DSGDKernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transfo
             dtype = check_choice(self.compute_dtype, "compute_dtype", ("float32", "float64"))
             rows = landmark_rows(view, p["n_blocks"] * p["block_size"], self.seed_, shuffle=True)
             center = sample.mean(axis=0, dtype=np.float64) if spec.shift_invariant else None
-            features = NystroemFeatures(spec, rows, p["block_size"], self.seed_, dtype, center=center)
+            joint = p["whitening"] == "joint"
+            features = NystroemFeatures(spec, rows, p["block_size"], self.seed_, dtype, center=center,
+                                        whiten=not joint)
         else:
+            joint = False
             features = self._make_features(spec, sample, self.seed_, p["block_size"])
+        # the joint whitening's factor (M x M) stays with the fit, never with the model
+        self._whitening = JointWhitening(features) if joint else None
+        # blocks whitened each on its own sum n_blocks approximations of the kernel
+        self._copies = 1 if joint else p["n_blocks"]
         k = p["n_components"]
         if p["solver"] == "subspace":
             basis, vals = self._warm_start(features, sample)
             # Ritz values of the concatenated blocks are n_blocks times the operator's
-            lam = float(vals[0]) / p["n_blocks"]
+            lam = float(vals[0]) / self._copies
         else:
             z0 = features.transform(sample[:N_INIT], 0, 1).astype(np.float64)
             if p["center"]:
@@ -479,7 +517,7 @@ class DSGDKernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transfo
         if not np.isfinite(lam) or lam <= 0:
             raise ValueError("the data sample has no variance under this kernel; check the bandwidth")
         if p["solver"] == "subspace":
-            coef = basis[:, :k] / np.sqrt(p["n_blocks"])
+            coef = basis[:, :k] / np.sqrt(self._copies)
         elif p["init"] == "rca":
             coef = vecs[:, :k].copy()
         else:
@@ -512,8 +550,12 @@ class DSGDKernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transfo
         self._warm_rows = rows
         raw = features.raw_transform(sample[:rows], 0, J)
         self._shift = raw.mean(axis=0, dtype=np.float64)
-        del raw
-        Z = features.transform(sample[:rows], 0, J)
+        if self._whitening is not None:
+            Z = self._whitening.whiten(raw).astype(features.dtype)
+            del raw
+        else:
+            del raw
+            Z = features.transform(sample[:rows], 0, J)
         if p["center"]:
             Z -= Z.mean(axis=0, dtype=np.float64).astype(Z.dtype)
         rng = np.random.Generator(np.random.SFC64(np.random.SeedSequence(self.seed_, spawn_key=(WARM_TAG,))))
@@ -552,7 +594,7 @@ class DSGDKernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transfo
         """
         p = self._params
         J, k, tol = p["n_blocks"], p["n_components"], p["tol"]
-        features = self._features
+        features, whitening, copies = self._features, self._whitening, self._copies
         V = self._basis
         prev = V[:, :k]
         sizes = np.asarray(row_chunks(view))
@@ -586,7 +628,7 @@ class DSGDKernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transfo
                     chunks = chunk_subset(sizes, STAGE_GROWTH * rows_before, self.seed_, key=step)
                 stage = staging = chunks is not None
                 sums = full_pass(view, features, J, V, self._shift, p["center"], token=token, features_ref=ref,
-                                 chunks=chunks)
+                                 chunks=chunks, whitening=whitening)
                 R, lam_v, V_next = ritz_step(V, sums.cov_times)
                 err_ritz = residual_sin2(V, sums.cov_times, R, lam_v, k)
                 rho = contraction(lam_v, k)
@@ -600,7 +642,7 @@ class DSGDKernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transfo
                     rows_before = rows
                     staging = rho * ahead > tol
                     entry = {"pass": passes, "rows": rows, "change": subspace_sin2(prev, R[:, :k]),
-                             "estimated_error": ahead, "eigenvalues": (lam_v[:k] / J).tolist()}
+                             "estimated_error": ahead, "eigenvalues": (lam_v[:k] / copies).tolist()}
                     prev = R[:, :k]
                 else:
                     passes += 1
@@ -610,7 +652,7 @@ class DSGDKernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transfo
                     mean = sums.mean
                     done = err <= tol
                     entry = {"pass": passes, "rows": n, "change": subspace_sin2(prev, U), "estimated_error": err,
-                             "residual_error": err_ritz, "contraction": rho, "eigenvalues": (lam / J).tolist()}
+                             "residual_error": err_ritz, "contraction": rho, "eigenvalues": (lam / copies).tolist()}
                     prev = U
                 self.convergence_.append(entry)
                 V = V_next
@@ -623,21 +665,28 @@ class DSGDKernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transfo
                                        else sums.mean, "done": np.array([done]),
                                        "stage": np.array([staging, rows_before, passes]), "shift": self._shift})
                 if callback is not None and not stage:
-                    callback(passes, KernelExpansion(features, prev / np.sqrt(J)))
+                    callback(passes, KernelExpansion(features, self._sections_coef(prev)))
         del ref
         if mean is None:  # max_iter passes already taken: nothing to refine
             raise ValueError("max_iter must allow at least one pass over the data")
         self.n_iter_ = passes
         self.n_passes_ = passes
-        coef = prev / np.sqrt(J)
+        coef = prev / np.sqrt(copies)
         self.state_ = StepState(coef, 0, self.state_.eta_scale)
-        self._pass_result = (np.asarray(lam[:k]) / J, mean)
+        self._pass_result = (np.asarray(lam[:k]) / copies, mean)
+
+    def _sections_coef(self, coef: np.ndarray) -> np.ndarray:
+        """Coefficients of the fit's (whitened) features as coefficients of the model's features."""
+        coef = coef / np.sqrt(self._copies)
+        return coef if self._whitening is None else self._whitening.fold(coef)
 
     def _finalise_passes(self, sample: np.ndarray) -> None:
         """Centring offset from the full-data mean, eigenvalues from the last pass, signs from the sample."""
         vals, mean = self._pass_result
         coef = self.state_.coef[0]
         offset = mean @ coef if self._params["center"] else np.zeros(coef.shape[1])
+        if self._whitening is not None:
+            coef = self._whitening.fold(coef)
         h = KernelExpansion(self._features, coef, offset).evaluate(sample)
         signs = np.sign(h[np.abs(h).argmax(axis=0), np.arange(h.shape[1])])
         signs[signs == 0] = 1.0
@@ -744,5 +793,6 @@ class DSGDKernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transfo
         state = self.__dict__.copy()
         state.pop("_sample", None)
         state.pop("_basis", None)
+        state.pop("_whitening", None)
         return state
 

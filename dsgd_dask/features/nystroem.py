@@ -11,7 +11,10 @@ Nyström solve on ``M`` landmarks needs an ``M x M`` matrix.
 
 The *raw* features of a block are the kernel sections ``k(x, L_j)``; the whitening is
 linear, so the full-data passes multiply it into the coefficients (:meth:`fold`) and
-into the accumulated sums (:meth:`unfold`) instead of into every row.
+into the accumulated sums (:meth:`unfold`) instead of into every row. Without whitening
+(``whiten=False``) the features are the kernel sections themselves: the feature set of a
+model whose whitening couples all its landmarks (:mod:`dsgd_dask.features.whitening`)
+and has been folded into its coefficients.
 """
 
 from __future__ import annotations
@@ -125,12 +128,15 @@ class NystroemFeatures(FeatureBlocks):
         the distances accurate in float32).
     normalization : ndarray of shape (n_blocks, block_size, block_size), optional
         The whitening of each block; computed from the landmarks when not given.
+    whiten : bool, default=True
+        Whiten each block (the Nyström features of its landmarks); ``False``: the features
+        are the kernel sections ``k(x, L)``, with no per-block matrix.
     cache_bytes : int, optional
         Accepted for interface compatibility; nothing is regenerated.
     """
 
     def __init__(self, kernel: KernelSpec, landmarks, block_size: int, seed: int, dtype="float32",
-                 center=None, normalization=None, cache_bytes: int | None = None):
+                 center=None, normalization=None, whiten: bool = True, cache_bytes: int | None = None):
         landmarks = np.asarray(landmarks, dtype=np.float64)
         block_size = int(block_size)
         if landmarks.ndim != 2 or landmarks.shape[0] == 0 or landmarks.shape[0] % block_size:
@@ -141,6 +147,14 @@ class NystroemFeatures(FeatureBlocks):
         self.cache_bytes = 0 if cache_bytes is None else int(cache_bytes)
         self._prepared = None
         n_blocks = landmarks.shape[0] // self.block_size
+        self.whiten = bool(whiten)
+        # kernel sections are the features when there is no whitening
+        self.raw_are_features = not self.whiten
+        if not self.whiten:
+            if normalization is not None:
+                raise ValueError("normalization is given but whiten=False")
+            self.normalization = None
+            return
         if normalization is None:
             normalization = self._whitenings(n_blocks)
         normalization = np.asarray(normalization, dtype=np.float64)
@@ -159,9 +173,6 @@ class NystroemFeatures(FeatureBlocks):
                 root = inverse_sqrt(0.5 * (K + K.T), self.dtype, entrywise=True)
                 out[j][:, m - root.shape[1]:] = root  # zero columns beyond the rank
         return out
-
-    #: The raw features (kernel sections) are whitened to give the features.
-    raw_are_features = False
 
     # -- state ----------------------------------------------------------------------------
     @property
@@ -193,21 +204,21 @@ class NystroemFeatures(FeatureBlocks):
             for first in range(0, self.max_blocks, bpp):
                 last = min(first + bpp, self.max_blocks)
                 Lp, lsq = self._prepare_landmarks(self.landmarks[first * m:last * m])
-                pages.append((np.ascontiguousarray(Lp.T), lsq,
-                              self.normalization[first:last].astype(self.dtype)))
+                norm = self.normalization[first:last].astype(self.dtype) if self.whiten else None
+                pages.append((np.ascontiguousarray(Lp.T), lsq, norm))
             self._prepared = pages
         return self._prepared
 
     # -- evaluation -------------------------------------------------------------------------
     @property
     def _column_cost(self) -> int:
-        return self.n_features_in + self.block_size
+        return self.n_features_in + (self.block_size if self.whiten else 0)
 
     def _page(self, p: int, lo: int, hi: int, stop_block: int):
         """Landmarks ``L^T``, their squared norms and whitenings of blocks ``lo`` to ``hi`` of page ``p``."""
         m = self.block_size
         lt, lsq, norm = self._pages()[p]
-        return lt[:, lo * m:hi * m], lsq[lo * m:hi * m], norm[lo:hi]
+        return lt[:, lo * m:hi * m], lsq[lo * m:hi * m], None if norm is None else norm[lo:hi]
 
     def map_pages(self, start_block: int, stop_block: int, fn, n_rows: int = 0) -> list:
         if stop_block > self.max_blocks:
@@ -223,7 +234,9 @@ class NystroemFeatures(FeatureBlocks):
         return kernel_sections(self.kernel, Xp, lt, lsq, out=out)
 
     def apply(self, Xp: np.ndarray, page, out=None) -> np.ndarray:
-        """Whitened features ``k(x, L_j) N_j`` of prepared inputs, block by block of a page."""
+        """Whitened features ``k(x, L_j) N_j`` of prepared inputs, block by block of a page (or the sections)."""
+        if not self.whiten:
+            return self.raw(Xp, page, out=out)
         m = self.block_size
         norm = page[2]
         K = self.raw(Xp, page, out=scratch("nystroem-sections", (Xp.shape[0], norm.shape[0] * m), self.dtype))
@@ -255,6 +268,8 @@ class NystroemFeatures(FeatureBlocks):
         return kernel_sections(self.kernel, np.ascontiguousarray(rows), np.ascontiguousarray(cols.T), lsq)
 
     def _blockwise(self, a: np.ndarray, transpose: bool) -> np.ndarray:
+        if not self.whiten:
+            return a
         m = self.block_size
         n_blocks = a.shape[0] // m
         out = np.empty(a.shape, dtype=np.float64)
@@ -280,4 +295,5 @@ class NystroemFeatures(FeatureBlocks):
             "seed": self.seed,
             "dtype": self.dtype.name,
             "n_blocks": self.max_blocks,
+            "whiten": self.whiten,
         }

@@ -25,7 +25,8 @@ class KernelExpansion:
     """
 
     def __init__(self, features: RandomFeatures, coef: np.ndarray, offset: np.ndarray | None = None):
-        coef = np.asarray(coef, dtype=np.float64)
+        # C order whatever the source (a solve, a store): float32 GEMMs round by layout
+        coef = np.ascontiguousarray(coef, dtype=np.float64)
         if coef.ndim != 2 or coef.shape[0] % features.block_size:
             raise ValueError(
                 f"coef must be 2-D with a multiple of block_size={features.block_size} rows, got {coef.shape}"
