@@ -70,12 +70,15 @@ class JointWhitening:
         ridge = None
         for _ in range(3):
             K = np.empty((M, M))
+            largest = 0.0  # max |K_ij|, tile by tile: no M x M temporary
             for r0 in range(0, M, TILE_ROWS):
-                K[r0:r0 + TILE_ROWS] = features.landmark_kernel(r0, min(r0 + TILE_ROWS, M), n_blocks)
-            if not np.isfinite(K).all():
-                raise ValueError("the kernel is not finite on the landmarks; check the bandwidth")
+                tile = K[r0:r0 + TILE_ROWS]
+                tile[...] = features.landmark_kernel(r0, min(r0 + TILE_ROWS, M), n_blocks)
+                if not np.isfinite(tile).all():
+                    raise ValueError("the kernel is not finite on the landmarks; check the bandwidth")
+                largest = max(largest, float(np.abs(tile).max()))
             if ridge is None:
-                ridge = M * eps * float(np.abs(K).max(initial=0.0))
+                ridge = M * eps * largest
                 if ridge <= 0:
                     raise ValueError("the kernel vanishes on the landmarks; check the bandwidth")
             K.reshape(-1)[::M + 1] += ridge
