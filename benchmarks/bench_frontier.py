@@ -7,7 +7,7 @@ the median bandwidth, every method is fitted on the store in one run and judged 
 test digits and those of a reference:
 
 * ``DSGDKernelPCA`` defaults (Nyström blocks, full-data passes), other budgets, and the
-  same budgets split into blocks of 1024 (each whitened on its own);
+  same budgets split into blocks of 1024 (each whitened on its own: ``whitening="block"``);
 * the paper's algorithm (``features="fourier", solver="oja"``): defaults, and 16,384
   features with batches of 1024 for one epoch;
 * Fourier blocks with the full-data passes;
@@ -105,7 +105,8 @@ def configurations(p: Params, n: int, k: int, rate: float):
     for M in p.dsgd_small_blocks:
         if 2 * k + 10 <= M:
             out.append(("DSGD Nyström blocks", f"M={M}, blocks of 1024",
-                        lambda M=M: DSGDKernelPCA(k, n_features=M, block_size=1024, random_state=p.seed),
+                        lambda M=M: DSGDKernelPCA(k, n_features=M, block_size=1024, whitening="block",
+                                                  random_state=p.seed),
                         pass_flops(n, M, k) / rate))
     out.append(("DSGD Fourier blocks, passes", "M=4096",
                 lambda: DSGDKernelPCA(k, features="fourier", n_features=4096, random_state=p.seed),
