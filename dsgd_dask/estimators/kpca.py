@@ -47,13 +47,14 @@ N_INIT = 2_000
 #: A step whose largest component variance exceeds this many times the initial top
 #: eigenvalue counts as diverged.
 GUARD_FACTOR = 10.0
-#: Default block sizes. Nyström blocks are whitened each on its own, so ``J`` blocks of
-#: ``m`` landmarks give the average of ``J`` Nyström approximations of ``m`` landmarks, not
-#: the approximation of all ``J m`` (``benchmarks/bench_block_size.py``: at equal ``M``
-#: one block is the most accurate). The subspace solver's passes whiten the coefficients,
-#: never the rows, so a block costs only its one ``m x m`` eigendecomposition: it takes
-#: the budget in as few blocks as possible, of at most ``NYSTROEM_MAX_BLOCK`` (about 10 s
-#: of eigendecomposition on two cores). Steps add a block per step, of
+#: Default block sizes. Nyström blocks whitened each on its own give, for ``J`` blocks of
+#: ``m`` landmarks, the average of ``J`` Nyström approximations of ``m`` landmarks, not the
+#: approximation of all ``J m`` (``benchmarks/bench_block_size.py``: at equal ``M`` one
+#: block is the most accurate); whitened jointly they give the approximation of all
+#: ``J m``, and the blocks are only pages of kernel sections. The subspace solver's passes
+#: whiten the coefficients, never the rows: it takes the budget in as few blocks as
+#: possible, of at most ``NYSTROEM_MAX_BLOCK`` (about 10 s of eigendecomposition on two
+#: cores when a block is whitened on its own). Steps add a block per step, of
 #: ``NYSTROEM_STEP_BLOCK``. Fourier blocks are the paper's.
 NYSTROEM_MAX_BLOCK = 4096
 #: ``whitening="auto"``: budgets of several blocks up to this many features are whitened
@@ -146,12 +147,11 @@ class DSGDKernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transfo
         blocks in turn.
     block_size : int or "auto", default="auto"
         Features per block ``m``. ``"auto"``: Nyström blocks with the subspace solver take
-        the budget in as few equal blocks of at most 4096 as it takes (each block is
-        whitened on its own, and one block of ``M`` landmarks represents the kernel better
-        than several blocks of fewer; the passes apply the whitening to the coefficients,
-        not to every row, so a block costs only its ``m x m`` eigendecomposition); 1024
-        for Nyström blocks with steps; 256 for Fourier blocks. With steps,
-        ``>= n_components``.
+        the budget in as few equal blocks of at most 4096 as it takes (whitened jointly,
+        blocks are only a way to compute; whitened each on its own, one block of ``M``
+        landmarks represents the kernel better than several blocks of fewer; the passes
+        apply the whitening to the coefficients, not to every row); 1024 for Nyström
+        blocks with steps; 256 for Fourier blocks. With steps, ``>= n_components``.
     n_oversamples : int or "auto", default="auto"
         Subspace solver: directions carried beyond ``k`` (``"auto"``: ``k + 10``). The
         error shrinks by ``(lambda_{k+q+1} / lambda_k)^2`` per pass.
@@ -253,8 +253,10 @@ class DSGDKernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transfo
     Notes
     -----
     A pass with ``M`` features, ``p = k + n_oversamples`` directions and ``n`` rows costs
-    ``2 n d M`` flops for the kernel sections (or Fourier features) plus ``4 n M p``; memory
-    ``O(M p)`` plus one chunk. A pass gives ``Y = Cov(z) V`` for the block ``V``; the model
+    ``2 n d M`` flops for the kernel sections (or Fourier features) plus ``4 n M p``, and
+    ``2 M^2 p`` for the joint whitening's two triangular solves; memory ``O(M p)`` plus one
+    chunk, and the joint whitening's ``M x M`` factor (computed once per fit, ``M^3 / 3``
+    flops). A pass gives ``Y = Cov(z) V`` for the block ``V``; the model
     after it is the top-``k`` eigenvectors of ``Y (V^T Y)^+ Y^T``, the Nyström
     approximation of the covariance from ``V``: they lie in the span of ``Y``, one power
     step past the Ritz vectors of ``V``, and their eigenvalues are at most the
