@@ -44,7 +44,7 @@ QUICK = {"rows": (4096, 8192), "k": 5, "nystroem": (128, 256), "rff": (256,), "d
 def configurations(cfg: dict, n: int, k: int, rate: float):
     """``(method, label, factory, predicted seconds, m x m matrix GiB)`` of one case."""
     from dsgd_dask import DSGDKernelPCA, NystroemPCA, RandomFeaturePCA
-    from dsgd_dask.estimators.kpca import JOINT_MAX_FEATURES
+    from dsgd_dask.estimators.kpca import JOINT_MAX_FEATURES, NYSTROEM_MAX_BLOCK
 
     f64 = rate / 2.5
     out = []
@@ -59,7 +59,7 @@ def configurations(cfg: dict, n: int, k: int, rate: float):
         make = (lambda: DSGDKernelPCA(k, random_state=SEED)) if M == "auto" else \
             (lambda M=M: DSGDKernelPCA(k, n_features=M, random_state=SEED))
         # the joint whitening's factor (M x M float64), or one block's whitening
-        matrix = budget if 4096 < budget <= JOINT_MAX_FEATURES else min(budget, 4096)
+        matrix = budget if NYSTROEM_MAX_BLOCK < budget <= JOINT_MAX_FEATURES else min(budget, NYSTROEM_MAX_BLOCK)
         out.append(("DSGDKernelPCA", "defaults" if M == "auto" else f"M={M}", make,
                     pass_flops(n, budget, k, d=D) / rate, 8 * matrix**2 / 2**30))
     return out
@@ -73,6 +73,7 @@ def reference(cfg: dict, X, Xt, k: int, ctx, store) -> tuple[np.ndarray, dict]:
     any configuration it judges.
     """
     from dsgd_dask import DSGDKernelPCA
+    from dsgd_dask.estimators.kpca import NYSTROEM_MAX_BLOCK
     from dsgd_dask.metrics import principal_angle_sin2
 
     R, dtype = cfg["reference_features"], cfg["reference_dtype"]
@@ -91,8 +92,9 @@ def reference(cfg: dict, X, Xt, k: int, ctx, store) -> tuple[np.ndarray, dict]:
         X = X[idx]
     for s in cfg["reference_seeds"]:
         t0 = time.perf_counter()
-        # one block up to 4096 landmarks, blocks of 4096 whitened jointly beyond
-        est = DSGDKernelPCA(k, n_features=R, block_size=min(R, 4096), whitening="auto" if R <= 4096 else "joint",
+        # one block up to NYSTROEM_MAX_BLOCK landmarks, such blocks whitened jointly beyond
+        block = min(R, NYSTROEM_MAX_BLOCK)
+        est = DSGDKernelPCA(k, n_features=R, block_size=block, whitening="auto" if block == R else "joint",
                             n_oversamples=max(90, 2 * k), tol=1e-9, max_iter=40, compute_dtype=dtype,
                             random_state=s).fit(X)
         info["seconds"].append(time.perf_counter() - t0)
