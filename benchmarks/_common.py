@@ -101,7 +101,7 @@ def gemm_rate(d: int = 784) -> float:
 
 
 def default_budget(k: int) -> int:
-    """``DSGDKernelPCA``'s default number of Nyström features (equal blocks of at most 4096)."""
+    """``KernelPCA``'s default number of Nyström features (equal blocks of at most 4096)."""
     budget = max(2048, 64 * k)
     n_blocks = -(-budget // 4096)
     return -(-budget // n_blocks) * n_blocks

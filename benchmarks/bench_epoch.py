@@ -62,7 +62,7 @@ def main(argv=None) -> dict:
     import dask.array as da
     import zarr
 
-    from dsgd_dask import DSGDKernelPCA
+    from dsgd_dask import KernelPCA
     from dsgd_dask.streams import as_view, chunk_tasks
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -96,8 +96,8 @@ def main(argv=None) -> dict:
         read_sequential()  # warm the page cache
         read_s = {"sequential": _best(read_sequential, p.repeats), "parallel": _best(read_parallel, p.repeats)}
         with dask.config.set(scheduler="threads"):
-            compute_s = _best(lambda: DSGDKernelPCA(**fit_params).fit(in_memory), p.repeats)
-            fit_s = _best(lambda: DSGDKernelPCA(**fit_params).fit(stored), p.repeats)
+            compute_s = _best(lambda: KernelPCA(**fit_params).fit(in_memory), p.repeats)
+            fit_s = _best(lambda: KernelPCA(**fit_params).fit(stored), p.repeats)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     read = min(read_s.values())

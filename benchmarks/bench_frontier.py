@@ -1,4 +1,4 @@
-"""Accuracy against wall time: DSGDKernelPCA variants and the Nyström / random-feature baselines.
+"""Accuracy against wall time: KernelPCA variants and the Nyström / random-feature baselines.
 
 On a Zarr store of shifted MNIST training digits (every row a training digit moved by up
 to 2 pixels in each direction, seeded; uint8, chunks of 8192 rows), Gaussian kernel with
@@ -6,7 +6,7 @@ the median bandwidth, every method is fitted on the store in one run and judged 
 ``sin^2`` of the largest principal angle between its projections of the 10,000 MNIST
 test digits and those of a reference:
 
-* ``DSGDKernelPCA`` defaults (Nyström blocks, full-data passes), other budgets, and the
+* ``KernelPCA`` defaults (Nyström blocks, full-data passes), other budgets, and the
   same budgets split into blocks of 1024 (each whitened on its own: ``whitening="block"``);
 * the paper's algorithm (``features="fourier", solver="oja"``): defaults, and 16,384
   features with batches of 1024 for one epoch;
@@ -14,7 +14,7 @@ test digits and those of a reference:
 * ``NystroemPCA`` and ``RandomFeaturePCA`` at m = 256 ... 8192.
 
 **Reference.** A converged float64 solve on one Nyström block of ``reference_features``
-landmarks (``DSGDKernelPCA(n_features=R, block_size=R, tol=1e-9, compute_dtype="float64")``:
+landmarks (``KernelPCA(n_features=R, block_size=R, tol=1e-9, compute_dtype="float64")``:
 the problem ``NystroemPCA(R)`` solves exactly, see ``tests/test_subspace.py``), for two
 independent landmark draws; their agreement (``sin^2`` between the two) is recorded and
 bounds how small a reported ``sin^2`` can meaningfully be.
@@ -81,7 +81,7 @@ D = 784
 
 def configurations(p: Params, n: int, k: int, rate: float):
     """``(method, label, factory, predicted seconds)`` for every configuration of one case."""
-    from dsgd_dask import DSGDKernelPCA, NystroemPCA, RandomFeaturePCA
+    from dsgd_dask import KernelPCA, NystroemPCA, RandomFeaturePCA
 
     out = []
     f64 = rate / 2.5  # float64 products and kernel matrices: measured about 2.5x slower here
@@ -95,30 +95,30 @@ def configurations(p: Params, n: int, k: int, rate: float):
                         lambda m=m: RandomFeaturePCA(k, n_features=m, random_state=p.seed),
                         2 * n * m * (D + m) / rate))
     M = default_budget(k)
-    out.append(("DSGD default", f"M={M}", lambda: DSGDKernelPCA(k, random_state=p.seed),
+    out.append(("DSGD default", f"M={M}", lambda: KernelPCA(k, random_state=p.seed),
                 pass_flops(n, M, k) / rate))
     for M in p.dsgd_features:
         if default_budget(k) != M and 2 * k + 10 <= M:
             out.append(("DSGD Nyström blocks", f"M={M}",
-                        lambda M=M: DSGDKernelPCA(k, n_features=M, random_state=p.seed),
+                        lambda M=M: KernelPCA(k, n_features=M, random_state=p.seed),
                         pass_flops(n, M, k) / rate))
     for M in p.dsgd_small_blocks:
         if 2 * k + 10 <= M:
             out.append(("DSGD Nyström blocks", f"M={M}, blocks of 1024",
-                        lambda M=M: DSGDKernelPCA(k, n_features=M, block_size=1024, whitening="block",
+                        lambda M=M: KernelPCA(k, n_features=M, block_size=1024, whitening="block",
                                                   random_state=p.seed),
                         pass_flops(n, M, k) / rate))
     out.append(("DSGD Fourier blocks, passes", "M=4096",
-                lambda: DSGDKernelPCA(k, features="fourier", n_features=4096, random_state=p.seed),
+                lambda: KernelPCA(k, features="fourier", n_features=4096, random_state=p.seed),
                 pass_flops(n, 4096, k) / rate))
     if k <= 256:
         steps = max(250, min(3 * -(-n // 256), 3000))
         out.append(("DSGD paper (Fourier, Oja steps)", "defaults",
-                    lambda: DSGDKernelPCA(k, features="fourier", solver="oja", random_state=p.seed),
+                    lambda: KernelPCA(k, features="fourier", solver="oja", random_state=p.seed),
                     2 * steps * 256 * 4096 * (D + k) / rate))
         epoch = -(-n // 1024)
         out.append(("DSGD paper (Fourier, Oja steps)", "M=16384, B=1024, 1 epoch",
-                    lambda: DSGDKernelPCA(k, features="fourier", solver="oja", n_features=16384, batch_size=1024,
+                    lambda: KernelPCA(k, features="fourier", solver="oja", n_features=16384, batch_size=1024,
                                           max_iter=epoch, random_state=p.seed),
                     2 * epoch * 1024 * 16384 * (D + k) / rate))
     return out
@@ -126,7 +126,7 @@ def configurations(p: Params, n: int, k: int, rate: float):
 
 def reference(p: Params, X, Xt, k: int, log) -> tuple[np.ndarray, dict]:
     """Test projections of the reference solve, and the agreement of two independent draws."""
-    from dsgd_dask import DSGDKernelPCA
+    from dsgd_dask import KernelPCA
     from dsgd_dask.metrics import principal_angle_sin2
 
     R = p.reference_features
@@ -142,7 +142,7 @@ def reference(p: Params, X, Xt, k: int, log) -> tuple[np.ndarray, dict]:
     for s in p.reference_seeds:
         t0 = time.perf_counter()
         # many directions beyond k: a fast rate, so few passes reach the tight tolerance
-        est = DSGDKernelPCA(k, n_features=R, block_size=R, n_oversamples=max(90, 2 * k), tol=1e-9, max_iter=40,
+        est = KernelPCA(k, n_features=R, block_size=R, n_oversamples=max(90, 2 * k), tol=1e-9, max_iter=40,
                             compute_dtype="float64", random_state=s).fit(X)
         info["seconds"].append(time.perf_counter() - t0)
         info["passes"].append(est.n_iter_)

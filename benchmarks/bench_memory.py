@@ -1,4 +1,4 @@
-"""Peak memory of ``DSGDKernelPCA.fit`` on Zarr stores of growing size, one larger than RAM.
+"""Peak memory of ``KernelPCA.fit`` on Zarr stores of growing size, one larger than RAM.
 
 Each fit runs in a fresh process and reports its peak resident set size (``ru_maxrss``)
 and its resident size after the imports, before reading anything. The stores hold
@@ -56,12 +56,12 @@ CHILD = """
 import json, os, resource, sys, time
 import dask.array as da
 import psutil
-from dsgd_dask import DSGDKernelPCA
+from dsgd_dask import KernelPCA
 args = json.loads(sys.argv[1])
 X = da.from_zarr(args.pop("store"))
 rss_before = psutil.Process().memory_info().rss
 t0 = time.perf_counter()
-model = DSGDKernelPCA(**args).fit(X)
+model = KernelPCA(**args).fit(X)
 elapsed = time.perf_counter() - t0
 print(json.dumps({"seconds": elapsed, "rss_before_fit": rss_before,
                   "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
@@ -112,7 +112,7 @@ def plot(result: dict, path: Path) -> None:
     ax.set_yscale("log")
     ax.set_xlabel("rows in the Zarr store (784 float32 columns)")
     ax.set_ylabel("GiB")
-    ax.set_title("DSGDKernelPCA.fit memory does not grow with n")
+    ax.set_title("KernelPCA.fit memory does not grow with n")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

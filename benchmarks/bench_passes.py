@@ -2,7 +2,7 @@
 
 One pass of the subspace solver (``Cov(z) V`` over every row, a reduction over the row
 chunks) on the shifted-MNIST store of ``bench_frontier.py``, with the default feature set
-of ``DSGDKernelPCA(10)`` (2048 Nyström features, 30 directions), timed on a
+of ``KernelPCA(10)`` (2048 Nyström features, 30 directions), timed on a
 ``distributed.LocalCluster`` of 1 and of 2 single-threaded worker processes, and with the
 local threaded scheduler. The sums of every run are compared bit for bit.
 
@@ -39,7 +39,7 @@ def main(argv=None) -> dict:
     import dask.array as da
     from distributed import Client, LocalCluster
 
-    from dsgd_dask import DSGDKernelPCA
+    from dsgd_dask import KernelPCA
     from dsgd_dask._threads import one_blas_thread
     from dsgd_dask.engine.passes import full_pass
     from dsgd_dask.rules.subspace import orthonormal
@@ -53,7 +53,7 @@ def main(argv=None) -> dict:
     X = da.from_zarr(str(store)) / np.float32(255.0)
     # the default feature set, fitted once (one pass) to get its landmarks and shift
     with dask.config.set(scheduler="threads"):
-        est = DSGDKernelPCA(p.n_components, max_iter=1, random_state=p.seed)
+        est = KernelPCA(p.n_components, max_iter=1, random_state=p.seed)
         est._validate_input(X, reset=True)
         with one_blas_thread():
             est._initialise(est._validate_input(X, reset=False))

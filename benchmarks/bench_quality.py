@@ -1,11 +1,11 @@
-"""Subspace quality against fit time: DSGDKernelPCA and its peers on the same MNIST subset.
+"""Subspace quality against fit time: KernelPCA and its peers on the same MNIST subset.
 
-All methods use the Gaussian kernel with the bandwidth ``DSGDKernelPCA`` picks by the
+All methods use the Gaussian kernel with the bandwidth ``KernelPCA`` picks by the
 median trick (``bandwidth_``), i.e. ``gamma = 1 / (2 bandwidth^2)`` in scikit-learn:
 
 * exact ``KernelPCA`` (the reference),
 * ``Nystroem(m) + PCA`` and ``RBFSampler(m) + PCA`` at several ``m``,
-* ``DSGDKernelPCA`` at several feature budgets and numbers of steps.
+* ``KernelPCA`` at several feature budgets and numbers of steps.
 
 Quality is ``sin^2`` of the largest principal angle between each method's projections
 of held-out test rows and the exact ones (``dsgd_dask.metrics.principal_angle_sin2``):
@@ -81,7 +81,7 @@ def make_methods(p: Params, gamma: float, bandwidth: float):
     from sklearn.kernel_approximation import Nystroem, RBFSampler
     from sklearn.pipeline import make_pipeline
 
-    from dsgd_dask import DSGDKernelPCA
+    from dsgd_dask import KernelPCA
 
     k = p.n_components
     out = []
@@ -95,8 +95,8 @@ def make_methods(p: Params, gamma: float, bandwidth: float):
                                                  PCA(k, random_state=s))))
     for it in p.dsgd_max_iter:
         for m in p.dsgd_features:
-            out.append((f"DSGDKernelPCA T={it}", f"M={m}", {"n_features": m, "max_iter": it},
-                        lambda s, m=m, it=it: DSGDKernelPCA(k, features="fourier", solver="oja",
+            out.append((f"KernelPCA T={it}", f"M={m}", {"n_features": m, "max_iter": it},
+                        lambda s, m=m, it=it: KernelPCA(k, features="fourier", solver="oja",
                                                             bandwidth=bandwidth, n_features=m, max_iter=it,
                                                             batch_size=p.dsgd_batch_size, random_state=s)))
     return out
@@ -184,7 +184,7 @@ def main(argv=None) -> None:
 
     from sklearn.decomposition import KernelPCA
 
-    from dsgd_dask import DSGDKernelPCA
+    from dsgd_dask import KernelPCA
     from dsgd_dask.metrics import principal_angle_sin2
 
     x_train, x_test = subsets(p)
@@ -192,7 +192,7 @@ def main(argv=None) -> None:
     print(f"{info['cpu_count']} CPUs, load average {info['load_average']}, train {x_train.shape}, "
           f"test {x_test.shape}")
     k = p.n_components
-    bandwidth = float(DSGDKernelPCA(k, features="fourier", solver="oja", n_features=256, max_iter=1,
+    bandwidth = float(KernelPCA(k, features="fourier", solver="oja", n_features=256, max_iter=1,
                                     random_state=p.seed).fit(x_train).bandwidth_)
     gamma = 1.0 / (2.0 * bandwidth**2)
     gap = eigengap(p, x_train, gamma)

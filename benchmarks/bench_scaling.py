@@ -108,7 +108,7 @@ def main(argv=None) -> dict:
     import zarr
     from distributed import Client, LocalCluster
 
-    from dsgd_dask import DSGDKernelPCA
+    from dsgd_dask import KernelPCA
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
@@ -132,11 +132,11 @@ def main(argv=None) -> dict:
         for w in p.workers:
             with LocalCluster(n_workers=w, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
                     Client(cluster) as client:
-                DSGDKernelPCA(**{**params, "n_features": 1024, "max_iter": 4}).fit(X)  # warm the workers
+                KernelPCA(**{**params, "n_features": 1024, "max_iter": 4}).fit(X)  # warm the workers
                 times = []
                 for n in p.steps:
                     t0 = time.perf_counter()
-                    model = DSGDKernelPCA(**params, max_iter=n).fit(X)
+                    model = KernelPCA(**params, max_iter=n).fit(X)
                     times.append(time.perf_counter() - t0)
                 coefs[w] = model.model_.coef
                 comm[w] = comm_round_trip(client, p, model.model_.coef)

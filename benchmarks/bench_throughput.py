@@ -1,4 +1,4 @@
-"""Steady-state throughput of ``DSGDKernelPCA.fit`` against this machine's GEMM rate.
+"""Steady-state throughput of ``KernelPCA.fit`` against this machine's GEMM rate.
 
 For each batch size ``B``, feature budget ``M``, feature precision and block-cache
 setting, one fit runs on MNIST rows (784 pixels scaled to [0, 1]). The fit callback
@@ -165,7 +165,7 @@ def plan_steps(n_rows: int, batch: int, n_blocks: int, min_timed: int) -> tuple[
 
 def fit_throughput(p: Params, x: np.ndarray, batch: int, n_features: int, dtype: str, cache_bytes) -> dict:
     """Time the steady-state steps of one fit."""
-    from dsgd_dask import DSGDKernelPCA
+    from dsgd_dask import KernelPCA
 
     n_blocks = -(-n_features // p.block_size)
     _, max_iter = plan_steps(x.shape[0], batch, n_blocks, p.min_timed_steps)
@@ -174,7 +174,7 @@ def fit_throughput(p: Params, x: np.ndarray, batch: int, n_features: int, dtype:
     def callback(step, model):
         marks.append((step, time.perf_counter()))
 
-    est = DSGDKernelPCA(features="fourier", solver="oja", n_components=p.n_components, n_features=n_features,
+    est = KernelPCA(features="fourier", solver="oja", n_components=p.n_components, n_features=n_features,
                         block_size=p.block_size,
                         batch_size=batch, max_iter=max_iter, compute_dtype=dtype, cache_bytes=cache_bytes,
                         random_state=p.seed)
@@ -271,7 +271,7 @@ def plot(p: Params, rows: list[dict], path) -> None:
             ax.axhline(1.0, color="k", lw=0.8, ls="--")
     axes[0].legend(fontsize=8, loc="upper right")
     axes[1].legend(fontsize=8, loc="upper left")
-    fig.suptitle(f"DSGDKernelPCA.fit steady-state throughput, d=784, k={p.n_components}, block {p.block_size}; "
+    fig.suptitle(f"KernelPCA.fit steady-state throughput, d=784, k={p.n_components}, block {p.block_size}; "
                  f"median of {p.repeats} fits (whiskers: min-max); GEMM = numpy (B x 784) @ (784 x 4096) on all cores, "
                  "median rate of the run", fontsize=9)
     fig.tight_layout()
@@ -423,10 +423,10 @@ def main(argv=None) -> None:
     print(f"{info['cpu_count']} CPUs, load average {info['load_average']}, data {args.data} {x_all.shape}")
 
     # warm-up (imports, thread pools, first-touch allocations): not timed
-    from dsgd_dask import DSGDKernelPCA
+    from dsgd_dask import KernelPCA
 
     for dt in p.dtypes:
-        DSGDKernelPCA(features="fourier", solver="oja", n_components=p.n_components, n_features=512, max_iter=8,
+        KernelPCA(features="fourier", solver="oja", n_components=p.n_components, n_features=512, max_iter=8,
                       compute_dtype=dt,
                       random_state=p.seed).fit(x_all[:2048])
 
@@ -467,7 +467,7 @@ def main(argv=None) -> None:
         print_row(row)
     payload.update({
         "benchmark": "throughput",
-        "description": "steady-state samples/s of DSGDKernelPCA.fit; achieved flop rate / numpy GEMM rate",
+        "description": "steady-state samples/s of KernelPCA.fit; achieved flop rate / numpy GEMM rate",
         "flops_definition": "2*B*d*M + 2*B*M*k per step; GEMM rate = numpy (B x d) @ (d x 4096) in the same "
                             "precision, best of its rounds per session, median over the run's sessions "
                             "(gemm_fraction_vs_peak: highest session)",

@@ -3,13 +3,13 @@
 from dsgd_dask import datasets, xarray_accessor  # noqa: F401  (xarray_accessor registers .dsgd on xarray)
 from dsgd_dask.baselines import ExactKernelPCA, KernelHebbianPCA, NystroemPCA, RandomFeaturePCA
 from dsgd_dask.estimators import (
-    DSGDKernelCCA,
-    DSGDKernelLogisticRegression,
-    DSGDKernelPCA,
-    DSGDKernelRidge,
-    DSGDKernelSIR,
-    DSGDKernelSVC,
-    DSGDKernelSVD,
+    KernelCCA,
+    KernelLogisticRegression,
+    KernelPCA,
+    KernelRidge,
+    KernelSIR,
+    KernelSVC,
+    KernelSVD,
 )
 from dsgd_dask.estimators._persistence import load
 from dsgd_dask.features import KERNELS, KernelSpec, RandomFeatures, kernel_matrix, median_bandwidth
@@ -19,13 +19,13 @@ __version__ = "0.1.0"
 
 __all__ = [
     "KERNELS",
-    "DSGDKernelCCA",
-    "DSGDKernelLogisticRegression",
-    "DSGDKernelPCA",
-    "DSGDKernelRidge",
-    "DSGDKernelSIR",
-    "DSGDKernelSVC",
-    "DSGDKernelSVD",
+    "KernelCCA",
+    "KernelLogisticRegression",
+    "KernelPCA",
+    "KernelRidge",
+    "KernelSIR",
+    "KernelSVC",
+    "KernelSVD",
     "ExactKernelPCA",
     "KernelExpansion",
     "KernelHebbianPCA",

@@ -16,7 +16,7 @@ Examples
 >>> rng = np.random.default_rng(0)
 >>> ds = xr.Dataset({"X": (("time", "band"), rng.normal(size=(300, 4)))},
 ...                 coords={"time": np.arange(300)}, attrs={"units": "K"})
->>> model = ds.dsgd.fit(dsgd_dask.DSGDKernelPCA(2, n_features=256, random_state=0), "X")
+>>> model = ds.dsgd.fit(dsgd_dask.KernelPCA(2, n_features=256, random_state=0), "X")
 >>> out = ds.dsgd.transform(model, "X")
 >>> out["components"].dims
 ('time', 'component')
@@ -162,9 +162,9 @@ class DSGDDataArrayAccessor:
     --------
     >>> import numpy as np
     >>> import xarray as xr
-    >>> from dsgd_dask import DSGDKernelPCA
+    >>> from dsgd_dask import KernelPCA
     >>> X = xr.DataArray(np.random.default_rng(0).normal(size=(3, 200)), dims=("band", "pixel"))
-    >>> model = X.dsgd.fit(DSGDKernelPCA(2, n_features=128, random_state=0), sample_dim="pixel")
+    >>> model = X.dsgd.fit(KernelPCA(2, n_features=128, random_state=0), sample_dim="pixel")
     >>> X.dsgd.transform(model).dims
     ('pixel', 'component')
     """
@@ -211,8 +211,8 @@ class DSGDDataArrayAccessor:
         Parameters
         ----------
         model : fitted transformer
-            DSGDKernelPCA, DSGDKernelSIR, or a two-view estimator (DSGDKernelCCA,
-            DSGDKernelSVD).
+            KernelPCA, KernelSIR, or a two-view estimator (KernelCCA,
+            KernelSVD).
         other : DataArray or array-like, optional
             Two-view models: the second view (its dimensions other than the sample one
             are its features); the functions of both views are returned.
@@ -238,7 +238,7 @@ class DSGDDataArrayAccessor:
 
         Parameters
         ----------
-        model : fitted DSGDKernelRidge, DSGDKernelSVC or DSGDKernelLogisticRegression
+        model : fitted KernelRidge, KernelSVC or KernelLogisticRegression
         name : hashable, default="prediction"
         sample_dim, feature_dim : hashable, optional
             As in :meth:`fit`.
@@ -254,7 +254,7 @@ class DSGDDataArrayAccessor:
 
         Parameters
         ----------
-        model : fitted DSGDKernelLogisticRegression
+        model : fitted KernelLogisticRegression
         name : hashable, default="probability"
         sample_dim, feature_dim : hashable, optional
             As in :meth:`fit`.
@@ -270,7 +270,7 @@ class DSGDDataArrayAccessor:
 
         Parameters
         ----------
-        model : fitted DSGDKernelSVC or DSGDKernelLogisticRegression
+        model : fitted KernelSVC or KernelLogisticRegression
         name : hashable, default="decision"
         sample_dim, feature_dim : hashable, optional
             As in :meth:`fit`.
@@ -295,12 +295,12 @@ class DSGDDatasetAccessor:
     --------
     >>> import numpy as np
     >>> import xarray as xr
-    >>> from dsgd_dask import DSGDKernelCCA
+    >>> from dsgd_dask import KernelCCA
     >>> rng = np.random.default_rng(0)
     >>> t = rng.uniform(-1, 1, size=300)
     >>> ds = xr.Dataset({"left": (("sample", "a"), np.c_[t, rng.normal(size=300)]),
     ...                  "right": (("sample", "b"), np.c_[t ** 2, rng.normal(size=300)])})
-    >>> cca = ds.dsgd.fit(DSGDKernelCCA(2, n_features=128, max_iter=50, random_state=0), "left", Y="right")
+    >>> cca = ds.dsgd.fit(KernelCCA(2, n_features=128, max_iter=50, random_state=0), "left", Y="right")
     >>> sorted(ds.dsgd.transform(cca, "left", Y="right").data_vars)
     ['components_x', 'components_y']
     """
@@ -399,7 +399,7 @@ class DSGDDatasetAccessor:
 
         Parameters
         ----------
-        model : fitted DSGDKernelRidge, DSGDKernelSVC or DSGDKernelLogisticRegression
+        model : fitted KernelRidge, KernelSVC or KernelLogisticRegression
         X : hashable or DataArray
         name : hashable, default="prediction"
         sample_dim, feature_dim : hashable, optional
@@ -416,7 +416,7 @@ class DSGDDatasetAccessor:
 
         Parameters
         ----------
-        model : fitted DSGDKernelLogisticRegression
+        model : fitted KernelLogisticRegression
         X : hashable or DataArray
         name : hashable, default="probability"
         sample_dim, feature_dim : hashable, optional
@@ -433,7 +433,7 @@ class DSGDDatasetAccessor:
 
         Parameters
         ----------
-        model : fitted DSGDKernelSVC or DSGDKernelLogisticRegression
+        model : fitted KernelSVC or KernelLogisticRegression
         X : hashable or DataArray
         name : hashable, default="decision"
         sample_dim, feature_dim : hashable, optional

@@ -2,8 +2,8 @@
 
 The standard split: 32,561 training rows, 16,281 test rows, 123 binary features, labels
 ``{-1, +1}``. Every method gets the Gaussian kernel with the median-trick bandwidth of
-``DSGDKernelSVC`` (the same number for all). Its regulariser is chosen once, on a seeded
-10 % of the training rows held out for validation, from a grid for ``DSGDKernelSVC``;
+``KernelSVC`` (the same number for all). Its regulariser is chosen once, on a seeded
+10 % of the training rows held out for validation, from a grid for ``KernelSVC``;
 the kernel methods then use it (``SVC(C = 1 / (alpha n))``, the same objective), and the
 linear ones their own ``C = 1 / (alpha n)``. Every method is then fitted on all the
 training rows and scored on the test rows, one after the other in this process.
@@ -47,7 +47,7 @@ def run(out: Path, data_home=None, verbose: bool = True, sample: bool = False, a
     from sklearn.pipeline import make_pipeline
     from sklearn.svm import SVC, LinearSVC
 
-    from dsgd_dask import DSGDKernelLogisticRegression, DSGDKernelSVC
+    from dsgd_dask import KernelLogisticRegression, KernelSVC
     from dsgd_dask.datasets import load_a9a
 
     out.mkdir(parents=True, exist_ok=True)
@@ -65,11 +65,11 @@ def run(out: Path, data_home=None, verbose: bool = True, sample: bool = False, a
 
     validation = []
     for alpha in alphas:
-        est, fit = timed(lambda a=alpha: DSGDKernelSVC(alpha=a, random_state=SEED, **steps).fit(X[fit_rows],
+        est, fit = timed(lambda a=alpha: KernelSVC(alpha=a, random_state=SEED, **steps).fit(X[fit_rows],
                                                                                            y[fit_rows]))
         acc = est.score(X[valid_rows], y[valid_rows])
         validation.append({"alpha": alpha, "valid_accuracy": acc, "fit_seconds": fit})
-        say(f"validation: DSGDKernelSVC alpha={alpha:g}: {acc:.4f} ({fit:.1f} s)")
+        say(f"validation: KernelSVC alpha={alpha:g}: {acc:.4f} ({fit:.1f} s)")
     alpha = max(validation, key=lambda r: r["valid_accuracy"])["alpha"]
     C = 1.0 / (alpha * len(X))
     say(f"alpha = {alpha:g} (C = {C:.3g})")
@@ -80,12 +80,12 @@ def run(out: Path, data_home=None, verbose: bool = True, sample: bool = False, a
         records.append({"method": method, "test_accuracy": acc, "fit_seconds": fit})
         say(f"{method:>44}: test accuracy {acc:.4f}, fit {fit:7.1f} s")
 
-    svc, fit = timed(lambda: DSGDKernelSVC(alpha=alpha, random_state=SEED, **steps).fit(X, y))
-    record("DSGDKernelSVC", svc, fit)
+    svc, fit = timed(lambda: KernelSVC(alpha=alpha, random_state=SEED, **steps).fit(X, y))
+    record("KernelSVC", svc, fit)
     gamma = 1.0 / (2 * svc.bandwidth_**2)
-    model, fit = timed(lambda: DSGDKernelLogisticRegression(alpha=alpha, bandwidth=svc.bandwidth_,
+    model, fit = timed(lambda: KernelLogisticRegression(alpha=alpha, bandwidth=svc.bandwidth_,
                                                              random_state=SEED, **steps).fit(X, y))
-    record("DSGDKernelLogisticRegression", model, fit)
+    record("KernelLogisticRegression", model, fit)
     model, fit = timed(lambda: LinearSVC(C=C, random_state=SEED).fit(X, y))
     record("LinearSVC", model, fit)
     for m in nystroem_sizes:

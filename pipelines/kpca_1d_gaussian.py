@@ -7,7 +7,7 @@ polynomials), with ``a = 1/(4 s^2)``, ``b = 1/(2 l^2)``, ``c = sqrt(a^2 + 2ab)``
 ``A = a + b + c`` and ``B = b / A`` (Zhu et al. 1998; Rasmussen & Williams, GPML 4.3.1).
 
 The pipeline writes the data to a Zarr v3 store chunk by chunk, opens it lazily, fits
-``DSGDKernelPCA`` (three components, uncentred) on it under the local dask scheduler and
+``KernelPCA`` (three components, uncentred) on it under the local dask scheduler and
 records after every chunk of steps the *potential*: ``sin^2`` of the largest principal
 angle between the estimated and the true top-3 functions on held-out points. Xie, Liang
 & Song (NIPS 2015, Fig. 1) show it falling as ``O(1/t)``. Outputs, in ``--out``:
@@ -38,7 +38,7 @@ from dask.diagnostics import ProgressBar
 from matplotlib.figure import Figure
 from numpy.polynomial import hermite, hermite_e
 
-from dsgd_dask import DSGDKernelPCA
+from dsgd_dask import KernelPCA
 from dsgd_dask.metrics import principal_angle_sin2
 
 N_COMPONENTS = 3
@@ -293,7 +293,7 @@ def run(out, size: str = "default", *, n_samples: int | None = None, n_features:
     truth_heldout = analytic_eigenfunctions(heldout, scale, bandwidth, N_COMPONENTS)
     monitor = PotentialMonitor(heldout, truth_heldout, cfg["batch_size"])
 
-    kpca = DSGDKernelPCA(  # the paper's algorithm: random Fourier blocks, doubly stochastic steps
+    kpca = KernelPCA(  # the paper's algorithm: random Fourier blocks, doubly stochastic steps
         n_components=N_COMPONENTS, kernel="gaussian", bandwidth=bandwidth, center=False,
         features="fourier", solver="oja",
         n_features=cfg["n_features"], block_size=cfg["block_size"], batch_size=cfg["batch_size"],

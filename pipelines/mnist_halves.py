@@ -15,7 +15,7 @@ fresh process (so its peak RSS is its own), one after the other:
 * linear CCA on the pixels (ridge CCA of the 392 + 392 pixel moments);
 * ``RandomFeatureCCA`` and ``NystroemCCA`` (one pass of ``(Mx + My)^2`` moments, one solve)
   at 1,024 ... 8,192 features per view;
-* ``DSGDKernelCCA`` (Nyström blocks of 1,024 landmarks per view, doubly stochastic steps)
+* ``KernelCCA`` (Nyström blocks of 1,024 landmarks per view, doubly stochastic steps)
   at 4,096 ... 32,768 features per view, for a number of epochs.
 
 Outputs in ``--out`` (default ``pipelines/results/mnist_halves``): ``mnist_halves.json``
@@ -125,19 +125,19 @@ def _scaled(path: str):
 
 
 def _make(method: str, m: int, reg: float, epochs: int, n_train: int = N_TRAIN):
-    from dsgd_dask import DSGDKernelCCA
+    from dsgd_dask import KernelCCA
     from dsgd_dask.baselines import NystroemCCA, RandomFeatureCCA
 
     if method == "NystroemCCA":
         return NystroemCCA(K, n_features=m, reg=reg, random_state=SEED)
     if method == "RandomFeatureCCA":
         return RandomFeatureCCA(K, n_features=m, reg=reg, random_state=SEED)
-    if method == "DSGDKernelCCA":
+    if method == "KernelCCA":
         blocks = {"block_size": m} if m < 1024 else {}  # below one default block (the SAMPLE budgets)
         if not epochs:  # the default solver: full-data passes until converged
-            return DSGDKernelCCA(K, n_features=m, reg=reg, random_state=SEED, **blocks)
+            return KernelCCA(K, n_features=m, reg=reg, random_state=SEED, **blocks)
         steps = epochs * -(-n_train // 256)
-        return DSGDKernelCCA(K, n_features=m, reg=reg, solver="steps", max_iter=steps, random_state=SEED,
+        return KernelCCA(K, n_features=m, reg=reg, solver="steps", max_iter=steps, random_state=SEED,
                              **blocks)
     raise ValueError(method)
 
@@ -177,7 +177,7 @@ def run_one(method: str, m: int, reg: float, epochs: int, paths: dict, which: st
             fit = time.perf_counter() - t0
             At, Bt = _scaled(paths[f"{which}_left"]), _scaled(paths[f"{which}_right"])
             score = est.score(At, Bt)
-            if method == "DSGDKernelCCA":
+            if method == "KernelCCA":
                 extra = {"solver": est._params["solver"], "passes" if epochs == 0 else "steps": int(est.n_iter_)}
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # MiB (Linux reports KiB)
     queue.put({"method": method, "features": m, "reg": reg, "epochs": epochs, "fit_seconds": fit,
@@ -241,7 +241,7 @@ def run(out: Path, quick: bool = False, data_home=None, verbose: bool = True, on
         say(f"reg = {reg:g} (best on the validation digits)")
     plan = [("linear CCA", 784, 0)]
     plan += [(name, m, 0) for m in cfg["rca_features"] for name in ("RandomFeatureCCA", "NystroemCCA")]
-    plan += [("DSGDKernelCCA", m, epochs) for m, epochs in cfg["dsgd"]]
+    plan += [("KernelCCA", m, epochs) for m, epochs in cfg["dsgd"]]
     if only is not None:
         import re
 
@@ -287,7 +287,7 @@ def plot(records: list[dict], path: Path, n_train: int = N_TRAIN) -> None:
 
     fig = Figure(figsize=(6.5, 4.2))
     ax = fig.subplots()
-    for method, marker in (("RandomFeatureCCA", "s"), ("NystroemCCA", "o"), ("DSGDKernelCCA", "^"),
+    for method, marker in (("RandomFeatureCCA", "s"), ("NystroemCCA", "o"), ("KernelCCA", "^"),
                            ("linear CCA", "x")):
         rs = [r for r in records if r["method"] == method and "failed" not in r]
         if rs:

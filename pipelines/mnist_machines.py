@@ -8,7 +8,7 @@ the median distance and of ``nu``): test digits play no part in any choice.
 
 Methods, one after the other in this process:
 
-* ``DSGDKernelRidge(solver="cg")`` on the ``{-1, +1}`` one-hot codes of the classes,
+* ``KernelRidge(solver="cg")`` on the ``{-1, +1}`` one-hot codes of the classes,
   predicting the class of the largest output (the squared loss of EigenPro and FALKON),
   ``M`` Nyström features in blocks of 1024 whitened per block, penalised by the RKHS norm
   (Nyström kernel ridge on all ``M`` landmarks), on the 60,000 digits; and,
@@ -17,7 +17,7 @@ Methods, one after the other in this process:
   :func:`dsgd_dask.datasets.digit_stream`), the setting where a method whose memory does
   not grow with the rows can use more of them. Test error after every pass, against the
   fit's wall time (the test evaluations not counted).
-* ``DSGDKernelSVC`` by doubly stochastic steps (``--svc-steps``).
+* ``KernelSVC`` by doubly stochastic steps (``--svc-steps``).
 * scikit-learn ``Nystroem(m)`` and ``RBFSampler(m)``, each followed by ``RidgeClassifier``
   with the same ``nu`` (``alpha = nu n``: the same objective) and, for ``m = 1024``, by
   ``LinearSVC`` (primal, squared hinge, ``C = 1 / (nu n)``; its solver takes minutes per
@@ -110,7 +110,7 @@ def run(out: Path, data_home=None, n_features: int = 16384, max_passes: int = 20
     from sklearn.linear_model import RidgeClassifier
     from sklearn.svm import SVC, LinearSVC
 
-    from dsgd_dask import DSGDKernelRidge, DSGDKernelSVC
+    from dsgd_dask import KernelRidge, KernelSVC
     from dsgd_dask.datasets import load_mnist
 
     out.mkdir(parents=True, exist_ok=True)
@@ -149,7 +149,7 @@ def run(out: Path, data_home=None, n_features: int = 16384, max_passes: int = 20
             clock["paused"] += time.perf_counter() - t
             say(f"  {name}: pass {passes + 1}, {curve['seconds'][-1]:.0f} s, test error {curve['test_error'][-1]:.4f}")
 
-        est = DSGDKernelRidge(alpha=nu, solver="cg", n_features=n_features, max_iter=max_passes, tol=1e-8,
+        est = KernelRidge(alpha=nu, solver="cg", n_features=n_features, max_iter=max_passes, tol=1e-8,
                               bandwidth=bandwidth, random_state=SEED)
         est.fit(Xfit, Yfit, callback=callback)
         fit = time.perf_counter() - clock["start"] - clock["paused"]
@@ -159,7 +159,7 @@ def run(out: Path, data_home=None, n_features: int = 16384, max_passes: int = 20
         return est
 
     if plain:
-        dsgd_ridge("DSGDKernelRidge (cg, one-hot)", X, one_hot(y), n)
+        dsgd_ridge("KernelRidge (cg, one-hot)", X, one_hot(y), n)
     if augment > 1:
         import zarr
 
@@ -169,15 +169,15 @@ def run(out: Path, data_home=None, n_features: int = 16384, max_passes: int = 20
         Xa = da.from_zarr(group["X"]).astype(np.float32) / 255
         codes = da.from_zarr(group["y"])
         ya = codes.map_blocks(one_hot, new_axis=1, chunks=(codes.chunks[0], (10,)), dtype=np.float32)
-        dsgd_ridge(f"DSGDKernelRidge (cg, one-hot), {augment}x deformed", Xa, ya, augment * n,
+        dsgd_ridge(f"KernelRidge (cg, one-hot), {augment}x deformed", Xa, ya, augment * n,
                    n_features=augment_features or n_features)
 
     if svc_steps:
         t0 = time.perf_counter()
-        svc = DSGDKernelSVC(alpha=nu, n_features=n_features, max_iter=svc_steps, bandwidth=bandwidth,
+        svc = KernelSVC(alpha=nu, n_features=n_features, max_iter=svc_steps, bandwidth=bandwidth,
                             random_state=SEED).fit(X, y)
         fit = time.perf_counter() - t0
-        record("DSGDKernelSVC (steps)", n, svc.n_features_, 1 - svc.score(Xt, yt), fit, f"{svc_steps} steps")
+        record("KernelSVC (steps)", n, svc.n_features_, 1 - svc.score(Xt, yt), fit, f"{svc_steps} steps")
 
     for m in peer_sizes:
         for name, make in (("Nystroem", lambda m=m: Nystroem(gamma=gamma, n_components=m, random_state=SEED)),
@@ -232,7 +232,7 @@ def plot(summary: dict, path: Path, ylim=(0.8, 5)) -> None:
     for curve in summary["curves"]:
         ax.plot(curve["seconds"], 100 * np.array(curve["test_error"]), marker=".", label=curve["method"])
     for r in summary["results"]:
-        if not r["method"].startswith("DSGDKernelRidge"):
+        if not r["method"].startswith("KernelRidge"):
             ax.scatter(r["fit_seconds"], 100 * r["test_error"], label=r["method"], marker="x")
     ax.set_xscale("log")
     ax.set_xlabel("fit wall time (s)")
@@ -253,7 +253,7 @@ def main(argv=None) -> None:
     parser.add_argument("--n-features", type=int, default=16384)
     parser.add_argument("--max-passes", type=int, default=20, help="conjugate-gradient passes after the first")
     parser.add_argument("--augment", type=int, default=0, help="R: also fit on R x 60,000 rows (digits + deformed)")
-    parser.add_argument("--svc-steps", type=int, default=2000, help="DSGDKernelSVC steps (0: skip)")
+    parser.add_argument("--svc-steps", type=int, default=2000, help="KernelSVC steps (0: skip)")
     parser.add_argument("--svc-rows", type=int, default=20000, help="training rows of the exact SVC (0: skip)")
     parser.add_argument("--peer-sizes", type=int, nargs="*", default=[1024, 4096, 16384],
                         help="feature counts of the scikit-learn peers (none: skip them)")

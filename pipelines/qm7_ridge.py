@@ -1,4 +1,4 @@
-"""QM7 atomization energies: DSGDKernelRidge against exact scikit-learn KernelRidge.
+"""QM7 atomization energies: KernelRidge against exact scikit-learn KernelRidge.
 
 Representation: Coulomb matrices with their atoms sorted by row norm, as upper
 triangles (276 values; :func:`dsgd_dask.datasets.coulomb.sorted_coulomb`). Folds: a
@@ -6,15 +6,15 @@ seeded 5-fold split (the file carries no stratified splits). Kernels: Laplacian 
 distance) and Gaussian. Each kernel's bandwidth (a multiple of the median distance) and
 regulariser are chosen once, by exact kernel ridge on a seeded 1000-molecule validation
 part of the first fold's training rows; every method then uses them (``KernelRidge(alpha
-= a n)`` and ``DSGDKernelRidge(alpha = a)``, the same objective).
+= a n)`` and ``KernelRidge(alpha = a)``, the same objective).
 
-Per fold and kernel: exact ``KernelRidge`` on the training molecules; ``DSGDKernelRidge``
+Per fold and kernel: exact ``KernelRidge`` on the training molecules; ``KernelRidge``
 (default Nyström blocks) by full-data passes (``solver="cg"``) over the same molecules and,
 with ``--sgd-steps N``, by ``N`` doubly stochastic steps; and, with ``--augment R``, on
 ``R`` randomly sorted copies of each training molecule (Montavon et al. 2012; a lazy
 stream), predicting the mean over 10 random sortings of each test molecule: exact kernel
 ridge on those ``R n`` rows (the kernel matrix factored in place, ``8 (R n)^2`` bytes: 4.2
-GB at ``R = 4``; skipped unless twice that is available) and ``DSGDKernelRidge`` on the same rows
+GB at ``R = 4``; skipped unless twice that is available) and ``KernelRidge`` on the same rows
 (``--augment-features`` Nyström features). Random sortings are what bring kernel ridge
 with the Laplacian kernel below 3.5 kcal/mol (Hansen et al. 2013 report about 3). Mean
 absolute error in kcal/mol and fit time.
@@ -52,14 +52,14 @@ def folds(n: int, k: int = 5):
 
 
 def exact_ridge(F, y, train, test, kind, bandwidth, alpha):
-    from sklearn.kernel_ridge import KernelRidge
+    from sklearn.kernel_ridge import KernelRidge as SkKernelRidge
     from sklearn.metrics import pairwise_distances
 
     metric = METRIC[kind]
     t0 = time.perf_counter()
     K = kernel(kind, pairwise_distances(F[train], metric=metric), bandwidth)
     mean = y[train].mean()
-    model = KernelRidge(alpha=alpha * len(train), kernel="precomputed").fit(K, y[train] - mean)
+    model = SkKernelRidge(alpha=alpha * len(train), kernel="precomputed").fit(K, y[train] - mean)
     fit = time.perf_counter() - t0
     pred = model.predict(kernel(kind, pairwise_distances(F[test], F[train], metric=metric), bandwidth)) + mean
     return pred, fit
@@ -135,7 +135,7 @@ def run(out: Path, data_home=None, n_folds: int = 5, max_iter: int = 30, sgd_ste
 
     The defaults are the full run. ``sample=True`` reads the packaged subset (the first
     1000 molecules) instead of the full file; ``n_features`` is the feature budget of the
-    ``DSGDKernelRidge`` fits (default: theirs) and ``augment_features`` that of the fits on
+    ``KernelRidge`` fits (default: theirs) and ``augment_features`` that of the fits on
     random sortings (default ``n_features``); ``kernels``, ``scales`` (multiples of the
     median distance) and ``alphas`` the kernels and the validation grid. ``compute_dtype``
     is the precision of the DSGD fits: float64 by default, because at the small ``alpha``
@@ -145,7 +145,7 @@ def run(out: Path, data_home=None, n_folds: int = 5, max_iter: int = 30, sgd_ste
     import dask
     import psutil
 
-    from dsgd_dask import DSGDKernelRidge
+    from dsgd_dask import KernelRidge
     from dsgd_dask.datasets import load_qm7
     from dsgd_dask.datasets.coulomb import coulomb_stream, sorted_coulomb
 
@@ -176,15 +176,15 @@ def run(out: Path, data_home=None, n_folds: int = 5, max_iter: int = 30, sgd_ste
                 write(out, {**head, "chosen": chosen, "results": records})  # a stopped run keeps what it measured
 
             pred, fit = exact_ridge(F, y, train, test, kind, bandwidth, alpha)
-            record("KernelRidge (exact)", pred, fit)
+            record("scikit-learn KernelRidge (exact)", pred, fit)
             mean = y[train].mean()  # the exact fit's offset, so both fit the same centred targets
             for solver in ("cg",) + (("sgd",) if sgd_steps else ()):
                 t0 = time.perf_counter()
-                model = DSGDKernelRidge(alpha=alpha, solver=solver, kernel=kind, bandwidth=bandwidth,
+                model = KernelRidge(alpha=alpha, solver=solver, kernel=kind, bandwidth=bandwidth,
                                         max_iter=max_iter if solver == "cg" else sgd_steps, n_features=n_features,
                                         compute_dtype=compute_dtype, random_state=SEED).fit(F[train], y[train] - mean)
                 fit = time.perf_counter() - t0
-                record(f"DSGDKernelRidge, solver={solver}", model.predict(F[test]) + mean, fit,
+                record(f"KernelRidge, solver={solver}", model.predict(F[test]) + mean, fit,
                        iterations=int(model.n_iter_), n_features=int(model.n_features_))
             if augment:
                 Fs, ys = coulomb_stream(X[train], y[train], n_rows=augment * len(train), random_state=SEED + i,
@@ -197,16 +197,16 @@ def run(out: Path, data_home=None, n_folds: int = 5, max_iter: int = 30, sgd_ste
                     Fa, ya = dask.compute(Fs, ys)  # one pass over the stream's chunks for both
                     pred, fit = exact_ridge_rows(Fa, ya - mean, tests, kind, bandwidth, alpha)
                     del Fa, ya
-                    record(f"KernelRidge (exact), {label}", pred + mean, fit, rows=rows)
+                    record(f"scikit-learn KernelRidge (exact), {label}", pred + mean, fit, rows=rows)
                 else:
                     say(f"  fold {i}: no exact fit on {label}: its {rows:,} x {rows:,} kernel matrix does not fit")
                 t0 = time.perf_counter()
-                model = DSGDKernelRidge(alpha=alpha, solver="cg", kernel=kind, bandwidth=bandwidth,
+                model = KernelRidge(alpha=alpha, solver="cg", kernel=kind, bandwidth=bandwidth,
                                         max_iter=max_iter, n_features=augment_features or n_features,
                                         compute_dtype=compute_dtype, random_state=SEED).fit(Fs, ys - mean)
                 fit = time.perf_counter() - t0
                 pred = mean + np.mean([model.predict(T) for T in tests], axis=0)
-                record(f"DSGDKernelRidge, solver=cg, {label}", pred, fit, iterations=int(model.n_iter_),
+                record(f"KernelRidge, solver=cg, {label}", pred, fit, iterations=int(model.n_iter_),
                        n_features=int(model.n_features_), rows=rows)
     summary = write(out, {**head, "chosen": chosen, "results": records})
     say(summary["table"])

@@ -10,7 +10,7 @@ Data: ``sarcos_test.npz`` (4,449 rows), shuffled with a fixed seed, 80 % for tra
 20 % for testing; inputs standardised on the training rows. Methods, in one run:
 
 * linear regression on the 21 raw inputs;
-* ``DSGDKernelSIR`` (Nyström blocks, doubly stochastic steps) with the default settings;
+* ``KernelSIR`` (Nyström blocks, doubly stochastic steps) with the default settings;
 * random-feature SIR: the same slices, Fourier features of the same kernel and
   bandwidth at 512 ... 4,096 features, the generalised problem solved exactly on their
   moments;
@@ -78,7 +78,7 @@ def random_feature_sir(X, Y, Xt, spec, slicer, n_features: int, reg: float):
 
 
 def run(out: Path, data_home=None, verbose: bool = True) -> dict:
-    from dsgd_dask import DSGDKernelSIR
+    from dsgd_dask import KernelSIR
     from dsgd_dask.baselines import ExactKernelSIR
 
     out.mkdir(parents=True, exist_ok=True)
@@ -92,9 +92,9 @@ def run(out: Path, data_home=None, verbose: bool = True) -> dict:
 
     record("linear regression", None, 0.0, regression_mse(X, Y, Xt, Yt))
     t0 = time.perf_counter()
-    sir = DSGDKernelSIR(K, n_slices=N_SLICES, random_state=SEED).fit(X, Y)
+    sir = KernelSIR(K, n_slices=N_SLICES, random_state=SEED).fit(X, Y)
     fit = time.perf_counter() - t0
-    record("DSGDKernelSIR", sir.n_features_, fit, regression_mse(sir.transform(X), Y, sir.transform(Xt), Yt))
+    record("KernelSIR", sir.n_features_, fit, regression_mse(sir.transform(X), Y, sir.transform(Xt), Yt))
     for m in RF_FEATURES:
         t0 = time.perf_counter()
         P, Pt = random_feature_sir(X, Y, Xt, sir.kernel_, sir.slicer_, m, sir.reg)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from dsgd_dask import DSGDKernelPCA
+from dsgd_dask import KernelPCA
 
 SMALL = dict(n_features=256, block_size=64, max_iter=10, random_state=0)
 
@@ -31,9 +31,9 @@ def test_non_finite_values(X, value):
     X[7, 1] = value
     for kind, data in _kinds(X):
         with pytest.raises(ValueError, match="NaN|infinity"):
-            DSGDKernelPCA(2, **SMALL).fit(data)
+            KernelPCA(2, **SMALL).fit(data)
         if kind == "numpy":
-            fitted = DSGDKernelPCA(2, **SMALL).fit(np.nan_to_num(X, posinf=0, neginf=0))
+            fitted = KernelPCA(2, **SMALL).fit(np.nan_to_num(X, posinf=0, neginf=0))
             with pytest.raises(ValueError, match="NaN|infinity"):
                 fitted.transform(data)
 
@@ -43,32 +43,32 @@ def test_wrong_dimensionality(shape):
     data = np.random.default_rng(0).normal(size=shape)
     for _, Xk in _kinds(data):
         with pytest.raises(ValueError, match="2D|2-D"):
-            DSGDKernelPCA(2, **SMALL).fit(Xk)
+            KernelPCA(2, **SMALL).fit(Xk)
 
 
 def test_wrong_number_of_features_at_transform(X):
-    fitted = DSGDKernelPCA(2, **SMALL).fit(X)
+    fitted = KernelPCA(2, **SMALL).fit(X)
     for _, data in _kinds(X[:, :3]):
-        with pytest.raises(ValueError, match="X has 3 features, but DSGDKernelPCA is expecting 4 features"):
+        with pytest.raises(ValueError, match="X has 3 features, but KernelPCA is expecting 4 features"):
             fitted.transform(data)
 
 
 def test_non_numeric_dtype(X):
     text = np.full(X.shape, "abc")
     with pytest.raises(ValueError, match="could not convert string to float"):
-        DSGDKernelPCA(2, **SMALL).fit(text.astype(object))
+        KernelPCA(2, **SMALL).fit(text.astype(object))
     for _, data in _kinds(text):
         with pytest.raises(TypeError, match="X has dtype <U3; a real numeric dtype"):
-            DSGDKernelPCA(2, **SMALL).fit(data)
+            KernelPCA(2, **SMALL).fit(data)
     for _, data in _kinds(X.astype(complex)):
         with pytest.raises(ValueError, match="Complex data not supported"):
-            DSGDKernelPCA(2, **SMALL).fit(data)
+            KernelPCA(2, **SMALL).fit(data)
 
 
 def test_empty_input():
     for _, data in _kinds(np.empty((0, 4))):
         with pytest.raises(ValueError, match="0 sample"):
-            DSGDKernelPCA(2, **SMALL).fit(data)
+            KernelPCA(2, **SMALL).fit(data)
 
 
 @pytest.mark.parametrize(
@@ -102,24 +102,24 @@ def test_empty_input():
 def test_impossible_parameters(X, params, exc, match):
     full = {**SMALL, "n_components": 2, **params}
     with pytest.raises(exc, match=match):
-        DSGDKernelPCA(**full).fit(X)
+        KernelPCA(**full).fit(X)
 
 
 def test_transform_before_fit(X):
     from sklearn.exceptions import NotFittedError
 
     with pytest.raises(NotFittedError):
-        DSGDKernelPCA(2).transform(X)
+        KernelPCA(2).transform(X)
 
 
 def test_constant_data_needs_a_bandwidth():
     X = np.ones((30, 3))
     with pytest.raises(ValueError, match="pass a numeric bandwidth"):
-        DSGDKernelPCA(2, **SMALL).fit(X)
+        KernelPCA(2, **SMALL).fit(X)
 
 
 def test_unknown_dask_chunk_sizes(X):
     data = da.from_array(X, chunks=20)
     data = data[data[:, 0] > -10]  # unknown row counts
     with pytest.raises(ValueError, match="compute_chunk_sizes"):
-        DSGDKernelPCA(2, **SMALL).fit(data)
+        KernelPCA(2, **SMALL).fit(data)

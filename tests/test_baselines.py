@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import xarray as xr
 from dask.callbacks import Callback
-from sklearn.decomposition import KernelPCA
+from sklearn.decomposition import KernelPCA as SkKernelPCA
 from sklearn.metrics.pairwise import laplacian_kernel, rbf_kernel
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import dsgd_dask.baselines._dense as dense
 import dsgd_dask.baselines._moments as moments
-from dsgd_dask import DSGDKernelPCA
+from dsgd_dask import KernelPCA
 from dsgd_dask.baselines import (
     GAINS,
     MAX_SAMPLES,
@@ -176,7 +176,7 @@ def test_random_features_are_those_of_dsgd_kernel_pca(usps):
     # Same data, random_state and block size: the same seeded feature blocks.
     X = usps[0][:500]
     rpca = RandomFeaturePCA(2, n_features=512, random_state=3).fit(X)
-    dsgd = DSGDKernelPCA(2, features="fourier", solver="oja", n_features=512, max_iter=2, random_state=3).fit(X)
+    dsgd = KernelPCA(2, features="fourier", solver="oja", n_features=512, max_iter=2, random_state=3).fit(X)
     assert rpca.bandwidth_ == dsgd.bandwidth_
     np.testing.assert_array_equal(rpca.random_features_.transform(X[:50], 0, 2),
                                   dsgd.model_.features.transform(X[:50], 0, 2))
@@ -224,7 +224,7 @@ def test_exact_matches_scikit_learn_kernel_pca(usps, kernel, reference):
     X, Xt = usps[0][:500].astype(np.float64), usps[1].astype(np.float64)  # scikit-learn keeps float32
     ours = ExactKernelPCA(4, kernel=kernel, random_state=0).fit(X)
     s = ours.bandwidth_
-    ref = KernelPCA(4, kernel="precomputed").fit(reference(X, X, s))
+    ref = SkKernelPCA(4, kernel="precomputed").fit(reference(X, X, s))
     np.testing.assert_allclose(ours.eigenvalues_, ref.eigenvalues_ / len(X), rtol=1e-10)
     # same sign convention (largest entry of each eigenvector positive)
     np.testing.assert_allclose(ours.transform(Xt), ref.transform(reference(Xt, X, s)), atol=1e-10)
@@ -235,7 +235,7 @@ def test_exact_refuses_large_data_before_reading_it():
     X = da.zeros((MAX_SAMPLES + 1, 3), chunks=(5000, 3))
     for cls in (ExactKernelPCA, KernelHebbianPCA):
         with dask.config.set(scheduler=_refuse), pytest.raises(ValueError, match=(
-                rf"limited to n_samples <= {MAX_SAMPLES} \(got {MAX_SAMPLES + 1}\); use DSGDKernelPCA, "
+                rf"limited to n_samples <= {MAX_SAMPLES} \(got {MAX_SAMPLES + 1}\); use KernelPCA, "
                 "RandomFeaturePCA or NystroemPCA")):
             cls(2).fit(X)
 

@@ -152,7 +152,7 @@ def test_wrapped_pipelines_keep_their_command_lines(pipeline, capsys):
 def test_qm7_exact_ridge_on_many_rows_is_kernel_ridge(kind):
     """The in-place exact solve of ``qm7-ridge`` (for random sortings) is scikit-learn's ``KernelRidge``."""
     from scipy.spatial.distance import cdist
-    from sklearn.kernel_ridge import KernelRidge
+    from sklearn.kernel_ridge import KernelRidge as SkKernelRidge
 
     from dsgd_dask.datasets import load_qm7
     from dsgd_dask.datasets.coulomb import sorted_coulomb
@@ -165,7 +165,7 @@ def test_qm7_exact_ridge_on_many_rows_is_kernel_ridge(kind):
     tests = [sorted_coulomb(X[900:950], noise=1.0, random_state=s, dtype="float64") for s in range(2, 5)]
     bandwidth = float(np.median(cdist(F[:200], F[:200], METRIC[kind])))
     pred, _ = exact_ridge_rows(F, target, tests, kind, bandwidth, alpha=1e-6)
-    ref = KernelRidge(alpha=1e-6 * len(F), kernel="precomputed").fit(kernel(kind, cdist(F, F, METRIC[kind]), bandwidth),
+    ref = SkKernelRidge(alpha=1e-6 * len(F), kernel="precomputed").fit(kernel(kind, cdist(F, F, METRIC[kind]), bandwidth),
                                                                      target)
     expected = np.mean([ref.predict(kernel(kind, cdist(T, F, METRIC[kind]), bandwidth)) for T in tests], axis=0)
     np.testing.assert_allclose(pred, expected, rtol=1e-8, atol=1e-8 * np.abs(expected).max())

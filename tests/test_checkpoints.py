@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import zarr
 
-from dsgd_dask import DSGDKernelPCA
+from dsgd_dask import KernelPCA
 
 # the paper's algorithm: checkpoints every few steps (the subspace solver's are in test_subspace.py)
 PARAMS = dict(n_components=3, solver="oja", features="fourier", n_features=1024, block_size=64, batch_size=32,
@@ -21,9 +21,9 @@ PARAMS = dict(n_components=3, solver="oja", features="fourier", n_features=1024,
 
 CHILD = """
 import time, dask.array as da
-from dsgd_dask import DSGDKernelPCA
+from dsgd_dask import KernelPCA
 X = da.from_zarr({store!r})
-DSGDKernelPCA(**{params!r}, checkpoint={ckpt!r}, checkpoint_every=4).fit(
+KernelPCA(**{params!r}, checkpoint={ckpt!r}, checkpoint_every=4).fit(
     X, callback=lambda step, model: time.sleep(0.15))
 """
 
@@ -60,8 +60,8 @@ def test_killed_fit_resumes_to_the_same_model(store, tmp_path):
     assert 20 <= killed_at < PARAMS["max_iter"]
 
     X = da.from_zarr(store)
-    resumed = DSGDKernelPCA(**PARAMS, checkpoint=ckpt, checkpoint_every=4).fit(X)
-    reference = DSGDKernelPCA(**PARAMS).fit(X)
+    resumed = KernelPCA(**PARAMS, checkpoint=ckpt, checkpoint_every=4).fit(X)
+    reference = KernelPCA(**PARAMS).fit(X)
     assert resumed.n_iter_ == reference.n_iter_ == PARAMS["max_iter"]
     np.testing.assert_array_equal(resumed.model_.coef, reference.model_.coef)
     np.testing.assert_array_equal(resumed.eigenvalues_, reference.eigenvalues_)
@@ -71,9 +71,9 @@ def test_killed_fit_resumes_to_the_same_model(store, tmp_path):
 def test_completed_checkpoint_returns_the_model(store, tmp_path):
     ckpt = str(tmp_path / "ckpt.zarr")
     X = da.from_zarr(store)
-    first = DSGDKernelPCA(**PARAMS, checkpoint=ckpt).fit(X)
+    first = KernelPCA(**PARAMS, checkpoint=ckpt).fit(X)
     calls = []
-    again = DSGDKernelPCA(**PARAMS, checkpoint=ckpt).fit(X, callback=lambda *a: calls.append(a))
+    again = KernelPCA(**PARAMS, checkpoint=ckpt).fit(X, callback=lambda *a: calls.append(a))
     assert calls == []  # nothing left to do
     np.testing.assert_array_equal(first.model_.coef, again.model_.coef)
 
@@ -82,8 +82,8 @@ def test_checkpoint_with_random_state_none_resumes_its_seed(store, tmp_path):
     ckpt = str(tmp_path / "ckpt.zarr")
     X = da.from_zarr(store)
     params = {**PARAMS, "random_state": None, "max_iter": 20}
-    first = DSGDKernelPCA(**params, checkpoint=ckpt).fit(X)
-    again = DSGDKernelPCA(**params, checkpoint=ckpt).fit(X)
+    first = KernelPCA(**params, checkpoint=ckpt).fit(X)
+    again = KernelPCA(**params, checkpoint=ckpt).fit(X)
     assert first.seed_ == again.seed_
     np.testing.assert_array_equal(first.model_.coef, again.model_.coef)
 
@@ -91,21 +91,21 @@ def test_checkpoint_with_random_state_none_resumes_its_seed(store, tmp_path):
 def test_truncated_checkpoint_is_refused(store, tmp_path):
     ckpt = tmp_path / "ckpt.zarr"
     X = da.from_zarr(store)
-    DSGDKernelPCA(**{**PARAMS, "max_iter": 20}, checkpoint=str(ckpt)).fit(X)
+    KernelPCA(**{**PARAMS, "max_iter": 20}, checkpoint=str(ckpt)).fit(X)
     chunk = next(p for p in (ckpt / "coef").rglob("*") if p.is_file() and p.name != "zarr.json")
     chunk.write_bytes(chunk.read_bytes()[:10])
     with pytest.raises(ValueError, match="truncated or corrupt"):
-        DSGDKernelPCA(**{**PARAMS, "max_iter": 20}, checkpoint=str(ckpt)).fit(X)
+        KernelPCA(**{**PARAMS, "max_iter": 20}, checkpoint=str(ckpt)).fit(X)
 
 
 def test_checkpoint_of_another_fit_is_refused(store, tmp_path):
     ckpt = str(tmp_path / "ckpt.zarr")
     X = da.from_zarr(store)
-    DSGDKernelPCA(**{**PARAMS, "max_iter": 20}, checkpoint=ckpt).fit(X)
+    KernelPCA(**{**PARAMS, "max_iter": 20}, checkpoint=ckpt).fit(X)
     with pytest.raises(ValueError, match="belongs to a different fit"):
-        DSGDKernelPCA(**{**PARAMS, "max_iter": 20, "n_components": 2}, checkpoint=ckpt).fit(X)
+        KernelPCA(**{**PARAMS, "max_iter": 20, "n_components": 2}, checkpoint=ckpt).fit(X)
     with pytest.raises(ValueError, match="belongs to a different fit"):
-        DSGDKernelPCA(**{**PARAMS, "max_iter": 20}, checkpoint=ckpt).fit(X[:-10])
+        KernelPCA(**{**PARAMS, "max_iter": 20}, checkpoint=ckpt).fit(X[:-10])
 
 
 def test_crash_between_renames_recovers(store, tmp_path):
@@ -113,9 +113,9 @@ def test_crash_between_renames_recovers(store, tmp_path):
     ckpt = tmp_path / "ckpt.zarr"
     X = da.from_zarr(store)
     params = {**PARAMS, "max_iter": 20}
-    full = DSGDKernelPCA(**params, checkpoint=str(ckpt)).fit(X)
+    full = KernelPCA(**params, checkpoint=str(ckpt)).fit(X)
     os.rename(ckpt, tmp_path / ".ckpt.zarr.old-0123")
-    again = DSGDKernelPCA(**params, checkpoint=str(ckpt)).fit(X)
+    again = KernelPCA(**params, checkpoint=str(ckpt)).fit(X)
     np.testing.assert_array_equal(full.model_.coef, again.model_.coef)
     assert ckpt.exists()
     assert not list(tmp_path.glob(".ckpt.zarr.*"))

@@ -70,7 +70,7 @@ def test_pca_round_trip_xarray(tmp_path, mnist):
 
     cli("fit", "pca", tmp_path / "train.zarr", "--var", "X", *sets(PCA_SET), "--out", model_path, "--quiet")
     info = json.loads(cli("info", model_path, "--json").stdout)
-    assert info["estimator"] == "DSGDKernelPCA"
+    assert info["estimator"] == "KernelPCA"
     assert info["fitted"]["n_features_in_"] == 784
     assert info["fitted"]["n_outputs"] == 3
     assert info["fitted"]["feature_dim_"] == "pixel"
@@ -88,7 +88,7 @@ def test_pca_round_trip_xarray(tmp_path, mnist):
     assert not leftovers(out)
 
     with dask.config.set(scheduler="threads"):
-        ref = dsgd_dask.DSGDKernelPCA(**params(PCA_SET)).fit(
+        ref = dsgd_dask.KernelPCA(**params(PCA_SET)).fit(
             xr.open_zarr(tmp_path / "train.zarr", consolidated=False)["X"])
     np.testing.assert_array_equal(model.model_.coef, ref.model_.coef)
     np.testing.assert_array_equal(written.values, ref.transform(Xtest).values)
@@ -104,7 +104,7 @@ def test_cca_round_trip_mnist_halves(tmp_path, mnist):
 
     cli("fit", "cca", tmp_path / "train.zarr", "--var", "left", "--y", "right", *sets(CCA_SET), "--out", model_path)
     info = cli("info", model_path).stdout
-    assert "DSGDKernelCCA" in info
+    assert "KernelCCA" in info
     assert "n_features_in_=392, n_features_in_y_=392" in info
     cli("transform", model_path, tmp_path / "test.zarr", "--var", "left", "--y", "right", "--out", out)
     evaluated = json.loads(cli("evaluate", model_path, tmp_path / "test.zarr", "--var", "left", "--y", "right",
@@ -117,11 +117,11 @@ def test_cca_round_trip_mnist_halves(tmp_path, mnist):
     group = zarr.open_group(str(out), mode="r")
     np.testing.assert_array_equal(group["U"][...], U)
     np.testing.assert_array_equal(group["V"][...], V)
-    assert group.attrs["dsgd_dask_output"]["estimator"] == "DSGDKernelCCA"
+    assert group.attrs["dsgd_dask_output"]["estimator"] == "KernelCCA"
     assert evaluated["score"] == pytest.approx(model.score(Xt, Yt), rel=1e-12)
 
     with dask.config.set(scheduler="threads"):
-        ref = dsgd_dask.DSGDKernelCCA(**params(CCA_SET)).fit(
+        ref = dsgd_dask.KernelCCA(**params(CCA_SET)).fit(
             da.from_zarr(str(tmp_path / "train.zarr"), component="left"),
             da.from_zarr(str(tmp_path / "train.zarr"), component="right"))
     for a, b in zip(model.models_, ref.models_, strict=True):
@@ -153,7 +153,7 @@ def test_classifier_round_trip_a9a(tmp_path):
     assert evaluated["metric"] == "accuracy"
     assert evaluated["score"] == model.score(Xt[:300], yt[:300]) > 0.75
 
-    ref = dsgd_dask.DSGDKernelSVC(**params(SVC_SET)).fit(
+    ref = dsgd_dask.KernelSVC(**params(SVC_SET)).fit(
         da.from_zarr(str(tmp_path / "train.zarr"), component="X"),
         da.from_zarr(str(tmp_path / "train.zarr"), component="y"))
     np.testing.assert_array_equal(model.model_.coef, ref.model_.coef)
@@ -167,7 +167,7 @@ def saved(tmp_path_factory):
     root = tmp_path_factory.mktemp("saved")
     rng = np.random.default_rng(0)
     write_group(root / "data.zarr", X=rng.normal(size=(300, 6)), W=rng.normal(size=(300, 4)))
-    dsgd_dask.DSGDKernelPCA(2, n_features=64, random_state=0).fit(rng.normal(size=(300, 6))).save(root / "model.zarr")
+    dsgd_dask.KernelPCA(2, n_features=64, random_state=0).fit(rng.normal(size=(300, 6))).save(root / "model.zarr")
     return root
 
 

@@ -13,7 +13,7 @@ import pytest
 import zarr
 from distributed import Client, LocalCluster, get_task_stream
 
-from dsgd_dask import DSGDKernelPCA
+from dsgd_dask import KernelPCA
 
 # the paper's algorithm: chunk tasks of steps and data-parallel steps
 PARAMS = dict(n_components=3, solver="oja", features="fourier", n_features=1024, block_size=128, batch_size=64,
@@ -31,13 +31,13 @@ def store(tmp_path_factory):
 @pytest.fixture(scope="module")
 def reference(store):
     with dask.config.set(scheduler="sync"):
-        return DSGDKernelPCA(**PARAMS).fit(da.from_zarr(store))
+        return KernelPCA(**PARAMS).fit(da.from_zarr(store))
 
 
 @pytest.fixture(scope="module")
 def partitioned_reference(store):
     with dask.config.set(scheduler="sync"):
-        return DSGDKernelPCA(**PARAMS, n_partitions=2).fit(da.from_zarr(store))
+        return KernelPCA(**PARAMS, n_partitions=2).fit(da.from_zarr(store))
 
 
 def _cluster(n_workers):
@@ -47,7 +47,7 @@ def _cluster(n_workers):
 @pytest.mark.parametrize("n_workers", [1, 2])
 def test_same_model_on_local_cluster(store, reference, n_workers):
     with _cluster(n_workers) as cluster, Client(cluster) as client, get_task_stream(client) as stream:
-        model = DSGDKernelPCA(**PARAMS).fit(da.from_zarr(store))
+        model = KernelPCA(**PARAMS).fit(da.from_zarr(store))
         Z = model.transform(da.from_zarr(store)).compute()
     # the steps ran as tasks on the workers (each next to its chunk: on both workers when there are two)
     step_workers = {t["worker"] for t in stream.data if str(t["key"]).startswith("dsgd-step-")}
@@ -59,7 +59,7 @@ def test_same_model_on_local_cluster(store, reference, n_workers):
 
 def test_threaded_scheduler_same_model(store, reference):
     with dask.config.set(scheduler="threads"):
-        model = DSGDKernelPCA(**PARAMS).fit(da.from_zarr(store))
+        model = KernelPCA(**PARAMS).fit(da.from_zarr(store))
     np.testing.assert_array_equal(model.model_.coef, reference.model_.coef)
 
 
@@ -74,7 +74,7 @@ def test_killed_worker_does_not_change_the_fit(store, reference):
                 killed.set()
                 os.kill(victim, signal.SIGKILL)
 
-        model = DSGDKernelPCA(**PARAMS).fit(da.from_zarr(store), callback=kill_once)
+        model = KernelPCA(**PARAMS).fit(da.from_zarr(store), callback=kill_once)
         assert killed.is_set()
         assert victim not in client.run(os.getpid).values()  # that worker process is gone
     np.testing.assert_array_equal(model.model_.coef, reference.model_.coef)
@@ -83,7 +83,7 @@ def test_killed_worker_does_not_change_the_fit(store, reference):
 @pytest.mark.parametrize("n_workers", [1, 2])
 def test_data_parallel_steps_on_local_cluster(store, partitioned_reference, n_workers):
     with _cluster(n_workers) as cluster, Client(cluster) as client, get_task_stream(client) as stream:
-        model = DSGDKernelPCA(**PARAMS, n_partitions=2).fit(da.from_zarr(store))
+        model = KernelPCA(**PARAMS, n_partitions=2).fit(da.from_zarr(store))
     part_workers = {t["worker"] for t in stream.data if str(t["key"]).startswith("dsgd-part-")}
     assert len(part_workers) == n_workers  # the parts of a step ran on every worker
     np.testing.assert_array_equal(model.model_.coef, partitioned_reference.model_.coef)
@@ -97,13 +97,13 @@ SUBSPACE = dict(n_components=3, n_features=1024, block_size=256, tol=1e-8, max_i
 @pytest.fixture(scope="module")
 def subspace_reference(store):
     with dask.config.set(scheduler="sync"):
-        return DSGDKernelPCA(**SUBSPACE).fit(da.from_zarr(store))
+        return KernelPCA(**SUBSPACE).fit(da.from_zarr(store))
 
 
 @pytest.mark.parametrize("n_workers", [1, 2])
 def test_full_passes_on_local_cluster(store, subspace_reference, n_workers):
     with _cluster(n_workers) as cluster, Client(cluster) as client, get_task_stream(client) as stream:
-        model = DSGDKernelPCA(**SUBSPACE).fit(da.from_zarr(store))
+        model = KernelPCA(**SUBSPACE).fit(da.from_zarr(store))
     pass_workers = {t["worker"] for t in stream.data if "dsgd-pass-" in str(t["key"])}
     assert len(pass_workers) == n_workers  # every pass ran on all the workers at once
     assert model.n_iter_ == subspace_reference.n_iter_ >= 2
@@ -128,9 +128,9 @@ def test_sampled_stages_and_passes_on_local_cluster(staged_store):
     # as on the synchronous scheduler, and the stage's tasks ran on both workers.
     params = dict(n_components=3, n_features=512, block_size=256, random_state=4)
     with dask.config.set(scheduler="sync"):
-        ref = DSGDKernelPCA(**params).fit(da.from_zarr(staged_store))
+        ref = KernelPCA(**params).fit(da.from_zarr(staged_store))
     with _cluster(2) as cluster, Client(cluster) as client, get_task_stream(client) as stream:
-        model = DSGDKernelPCA(**params).fit(da.from_zarr(staged_store))
+        model = KernelPCA(**params).fit(da.from_zarr(staged_store))
     stage_rows = ref.convergence_[0]["rows"]
     assert 40_000 <= stage_rows < 163_840 // 4 + 8192
     assert [e["rows"] for e in model.convergence_] == [e["rows"] for e in ref.convergence_]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import zarr
 
-from dsgd_dask import DSGDKernelPCA, ExactKernelPCA, NystroemPCA, load
+from dsgd_dask import KernelPCA, ExactKernelPCA, NystroemPCA, load
 from dsgd_dask.engine.passes import full_pass
 from dsgd_dask.features import KernelSpec, kernel_matrix
 from dsgd_dask.features.nystroem import NystroemFeatures
@@ -111,9 +111,9 @@ def test_joint_blocks_equal_one_block_of_all_landmarks(mnist_small):
     m = 400
     ny = NystroemPCA(4, n_features=m, random_state=3).fit(X)
     common = dict(n_features=m, compute_dtype="float64", tol=1e-12, max_iter=60, random_state=3)
-    one = DSGDKernelPCA(4, block_size=m, **common).fit(X)
-    joint = DSGDKernelPCA(4, block_size=100, **common).fit(X)
-    block = DSGDKernelPCA(4, block_size=100, whitening="block", **common).fit(X)
+    one = KernelPCA(4, block_size=m, **common).fit(X)
+    joint = KernelPCA(4, block_size=100, **common).fit(X)
+    block = KernelPCA(4, block_size=100, whitening="block", **common).fit(X)
     assert (one._params["whitening"], joint._params["whitening"]) == ("block", "joint")
     assert np.array_equal(joint.model_.features.landmarks, one.model_.features.landmarks)
     assert principal_angle_sin2(joint.transform(Xt), ny.transform(Xt)) < 1e-8
@@ -128,7 +128,7 @@ def test_joint_whitening_of_every_row_is_exact_kernel_pca(mnist_small):
     X, Xt = mnist_small
     X = X[:1200]
     exact = ExactKernelPCA(5, random_state=0).fit(X)
-    est = DSGDKernelPCA(5, n_features=1200, block_size=400, compute_dtype="float64", tol=1e-12,
+    est = KernelPCA(5, n_features=1200, block_size=400, compute_dtype="float64", tol=1e-12,
                         max_iter=60, random_state=0).fit(X)
     assert est._params["whitening"] == "joint"
     assert principal_angle_sin2(est.transform(Xt), exact.transform(Xt)) < 1e-8
@@ -141,7 +141,7 @@ def test_default_float32_joint_fit_matches_exact_kernel_pca(mnist_small):
     # separates the components (eigengap checked in test_baselines).
     X, Xt = mnist_small
     exact = ExactKernelPCA(5, random_state=0).fit(X)
-    est = DSGDKernelPCA(5, n_features=2048, block_size=512, random_state=0).fit(X)
+    est = KernelPCA(5, n_features=2048, block_size=512, random_state=0).fit(X)
     assert est._params["whitening"] == "joint"
     assert principal_angle_sin2(est.transform(Xt), exact.transform(Xt)) < 1e-4
     np.testing.assert_allclose(est.eigenvalues_, exact.eigenvalues_, rtol=1e-3)
@@ -151,7 +151,7 @@ def test_fitted_joint_model_keeps_landmarks_only(mnist_small, tmp_path):
     # The factor (M x M) stays with the fit: the model is kernel sections with folded
     # coefficients, saved and loaded without any whitening matrix, pickled without it.
     X, Xt = mnist_small
-    est = DSGDKernelPCA(3, n_features=1024, block_size=256, random_state=0).fit(X[:1500])
+    est = KernelPCA(3, n_features=1024, block_size=256, random_state=0).fit(X[:1500])
     f = est.model_.features
     assert not f.whiten
     assert f.normalization is None
@@ -168,10 +168,10 @@ def test_partial_fit_whitens_blocks_and_refuses_steps_on_a_joint_model(mnist_sma
     # partial_fit takes steps after its first call, and steps need whitened blocks: "auto"
     # whitens block by block there; an explicitly joint model cannot take steps.
     X, _ = mnist_small
-    est = DSGDKernelPCA(3, n_features=1024, block_size=512, random_state=0).partial_fit(X[:1500])
+    est = KernelPCA(3, n_features=1024, block_size=512, random_state=0).partial_fit(X[:1500])
     assert est._params["whitening"] == "block"
     est.partial_fit(X[1500:])
-    joint = DSGDKernelPCA(3, n_features=1024, block_size=512, whitening="joint", random_state=0)
+    joint = KernelPCA(3, n_features=1024, block_size=512, whitening="joint", random_state=0)
     joint.partial_fit(X[:1500])
     assert joint._params["whitening"] == "joint"
     with pytest.raises(ValueError, match="partial_fit"):
@@ -183,16 +183,16 @@ def test_partial_fit_whitens_blocks_and_refuses_steps_on_a_joint_model(mnist_sma
                                     dict(whitening="cholesky")])
 def test_bad_whitening(blobs, params):
     with pytest.raises(ValueError, match="whitening"):
-        DSGDKernelPCA(2, **params).fit(blobs)
+        KernelPCA(2, **params).fit(blobs)
 
 
 def test_auto_whitening_is_joint_up_to_the_limit(blobs):
     from dsgd_dask.estimators.kpca import JOINT_MAX_FEATURES
 
-    assert DSGDKernelPCA(2, n_features=600, block_size=150)._check_params(600)["whitening"] == "joint"
-    assert DSGDKernelPCA(2, n_features=600)._check_params(600)["whitening"] == "block"  # one block
-    big = DSGDKernelPCA(2, n_features=JOINT_MAX_FEATURES + 4096)._check_params(10**6)
+    assert KernelPCA(2, n_features=600, block_size=150)._check_params(600)["whitening"] == "joint"
+    assert KernelPCA(2, n_features=600)._check_params(600)["whitening"] == "block"  # one block
+    big = KernelPCA(2, n_features=JOINT_MAX_FEATURES + 4096)._check_params(10**6)
     assert big["whitening"] == "block"
     assert big["n_blocks"] > 1
-    assert DSGDKernelPCA(2, n_features=JOINT_MAX_FEATURES)._check_params(10**6)["whitening"] == "joint"
-    assert DSGDKernelPCA(2, solver="oja", n_features=2048)._check_params(10**6)["whitening"] == "block"
+    assert KernelPCA(2, n_features=JOINT_MAX_FEATURES)._check_params(10**6)["whitening"] == "joint"
+    assert KernelPCA(2, solver="oja", n_features=2048)._check_params(10**6)["whitening"] == "block"

@@ -9,7 +9,7 @@ import pytest
 import xarray as xr
 import zarr
 
-from dsgd_dask import DSGDKernelPCA
+from dsgd_dask import KernelPCA
 
 
 def _refuse(*args, **kwargs):
@@ -18,7 +18,7 @@ def _refuse(*args, **kwargs):
 
 @pytest.fixture
 def fitted(blobs):
-    return DSGDKernelPCA(n_components=3, n_features=512, block_size=64, max_iter=40, random_state=0).fit(blobs)
+    return KernelPCA(n_components=3, n_features=512, block_size=64, max_iter=40, random_state=0).fit(blobs)
 
 
 @pytest.fixture
@@ -72,7 +72,7 @@ def test_xarray_keeps_dims_and_coords(blobs, backend):
                        coords={"time": time, "station": ("time", np.arange(blobs.shape[0]) % 3),
                                "channel": list("abcde")},
                        attrs={"units": "m"})
-    model = DSGDKernelPCA(n_components=3, n_features=512, block_size=64, max_iter=40, random_state=0).fit(arr)
+    model = KernelPCA(n_components=3, n_features=512, block_size=64, max_iter=40, random_state=0).fit(arr)
     assert model.feature_dim_ == "channel"
     with dask.config.set(scheduler=_refuse):
         Z = model.transform(arr)
@@ -96,7 +96,7 @@ def test_xarray_result_written_to_zarr(fitted, blobs, tmp_path):
 
 def test_xarray_feature_dim_and_coords_checked(blobs):
     arr = xr.DataArray(blobs, dims=("sample", "feature"), coords={"feature": list("abcde")})
-    model = DSGDKernelPCA(n_components=2, n_features=256, block_size=64, max_iter=10, random_state=0).fit(arr)
+    model = KernelPCA(n_components=2, n_features=256, block_size=64, max_iter=10, random_state=0).fit(arr)
     with pytest.raises(ValueError, match="feature dimension 'sample'"):
         model.transform(arr.T.rename({"sample": "feature", "feature": "sample"}).T)
     with pytest.raises(ValueError, match="coordinates of dimension 'feature'"):
@@ -108,9 +108,9 @@ def test_same_model_on_local_schedulers(zarr_store, scheduler):
     X = da.from_zarr(str(zarr_store))
     params = dict(n_components=3, n_features=512, block_size=64, max_iter=30, batch_size=64, random_state=5)
     with dask.config.set(scheduler="sync"):
-        ref = DSGDKernelPCA(**params).fit(X)
+        ref = KernelPCA(**params).fit(X)
     with dask.config.set(scheduler=scheduler):
-        other = DSGDKernelPCA(**params).fit(X)
+        other = KernelPCA(**params).fit(X)
     np.testing.assert_allclose(other.model_.coef, ref.model_.coef, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(other.eigenvalues_, ref.eigenvalues_, rtol=1e-12)
 
@@ -120,8 +120,8 @@ def test_fit_on_dask_is_close_to_fit_on_numpy(blobs):
     from dsgd_dask.metrics import principal_angle_sin2
 
     params = dict(n_components=2, n_features=1024, block_size=128, max_iter=200, random_state=0)
-    a = DSGDKernelPCA(**params).fit(blobs)
-    b = DSGDKernelPCA(**params).fit(da.from_array(blobs, chunks=(128, 5)))
+    a = KernelPCA(**params).fit(blobs)
+    b = KernelPCA(**params).fit(da.from_array(blobs, chunks=(128, 5)))
     assert principal_angle_sin2(a.transform(blobs), b.transform(blobs)) < 0.05
 
 
@@ -132,7 +132,7 @@ def test_dask_nan_chunk_named_at_compute(fitted, blobs):
     with pytest.raises(ValueError, match="row chunk 3"):
         Z.compute()
     with pytest.raises(ValueError, match="chunk 3"):
-        DSGDKernelPCA(n_components=2, n_features=256, block_size=64, max_iter=50, random_state=0).fit(
+        KernelPCA(n_components=2, n_features=256, block_size=64, max_iter=50, random_state=0).fit(
             da.from_array(bad, chunks=(100, 5))
         )
 

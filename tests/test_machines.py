@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
-from sklearn.kernel_ridge import KernelRidge
+from sklearn.kernel_ridge import KernelRidge as SkKernelRidge
 from sklearn.linear_model import LogisticRegression
 from sklearn.svm import SVC
 
-from dsgd_dask import DSGDKernelLogisticRegression, DSGDKernelRidge, DSGDKernelSVC, kernel_matrix, load
+from dsgd_dask import KernelLogisticRegression, KernelRidge, KernelSVC, kernel_matrix, load
 from dsgd_dask.datasets import load_a9a, load_sarcos, load_usps
 
 
@@ -50,8 +50,8 @@ def test_ridge_converges_to_kernel_ridge(sarcos):
     nu = 1e-3
     errors = []
     for steps in (250, 1000):
-        est = DSGDKernelRidge(alpha=nu, max_iter=steps, random_state=0).fit(X, y)
-        exact = KernelRidge(alpha=nu * len(X), kernel="precomputed").fit(kernel_matrix(est.kernel_, X), y)
+        est = KernelRidge(alpha=nu, max_iter=steps, random_state=0).fit(X, y)
+        exact = SkKernelRidge(alpha=nu * len(X), kernel="precomputed").fit(kernel_matrix(est.kernel_, X), y)
         ref = exact.predict(kernel_matrix(est.kernel_, Xt, X))
         errors.append(np.linalg.norm(est.predict(Xt) - ref) / np.linalg.norm(ref))
     assert errors[1] < 0.5 * errors[0]
@@ -66,9 +66,9 @@ def test_ridge_by_passes_equals_kernel_ridge(sarcos, compute_dtype):
     # relative error, amplified by the conditioning of K + nu n I at nu = 1e-4, 1e-3).
     X, y, Xt, _ = sarcos
     nu = 1e-4
-    est = DSGDKernelRidge(alpha=nu, solver="cg", block_size=1000, n_features=1000, compute_dtype=compute_dtype,
+    est = KernelRidge(alpha=nu, solver="cg", block_size=1000, n_features=1000, compute_dtype=compute_dtype,
                           random_state=0).fit(X, y)
-    exact = KernelRidge(alpha=nu * len(X), kernel="precomputed").fit(kernel_matrix(est.kernel_, X), y)
+    exact = SkKernelRidge(alpha=nu * len(X), kernel="precomputed").fit(kernel_matrix(est.kernel_, X), y)
     ref = exact.predict(kernel_matrix(est.kernel_, Xt, X))
     err = np.linalg.norm(est.predict(Xt) - ref) / np.linalg.norm(ref)
     assert err < (1e-9 if compute_dtype == "float64" else 1e-3)
@@ -87,16 +87,16 @@ def test_ridge_by_passes_over_blocks(sarcos):
     nu = 1e-4
     params = {"alpha": nu, "solver": "cg", "block_size": 250, "n_features": 1000, "compute_dtype": "float64",
               "random_state": 0}
-    est = DSGDKernelRidge(**params).fit(X, y)
+    est = KernelRidge(**params).fit(X, y)
     assert est.preconditioner_ == "landmarks"
     assert len(np.unique(est.model_.features.landmarks, axis=0)) == len(X)
     res = [c["relative_residual"] for c in est.convergence_]
     assert res[-1] <= est.tol < res[0]
     assert est.n_iter_ <= 2
-    exact = KernelRidge(alpha=nu * len(X), kernel="precomputed").fit(kernel_matrix(est.kernel_, X), y)
+    exact = SkKernelRidge(alpha=nu * len(X), kernel="precomputed").fit(kernel_matrix(est.kernel_, X), y)
     ref = exact.predict(kernel_matrix(est.kernel_, Xt, X))
     assert np.linalg.norm(est.predict(Xt) - ref) / np.linalg.norm(ref) < 1e-4
-    bj = DSGDKernelRidge(**params, preconditioner="block").fit(X, y)
+    bj = KernelRidge(**params, preconditioner="block").fit(X, y)
     assert np.linalg.norm(bj.predict(Xt) - ref) / np.linalg.norm(ref) < 5e-3
 
 
@@ -107,40 +107,40 @@ def test_ridge_by_passes_is_the_same_on_dask_chunks_and_a_cluster(sarcos):
     params = {"alpha": 1e-3, "solver": "cg", "block_size": 256, "n_features": 512, "random_state": 0}
     Xd, yd = da.from_array(X, chunks=(250, -1)), da.from_array(y, chunks=250)
     with dask.config.set(scheduler="sync"):
-        ref = DSGDKernelRidge(**params).fit(Xd, yd)
+        ref = KernelRidge(**params).fit(Xd, yd)
     with dask.config.set(scheduler="threads"):
-        threaded = DSGDKernelRidge(**params).fit(Xd, yd)
+        threaded = KernelRidge(**params).fit(Xd, yd)
     np.testing.assert_array_equal(threaded.model_.coef, ref.model_.coef)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             Client(cluster):
-        model = DSGDKernelRidge(**params).fit(Xd, yd)
+        model = KernelRidge(**params).fit(Xd, yd)
     np.testing.assert_array_equal(model.model_.coef, ref.model_.coef)
     # numpy input is summed in other slices: float32 round-off (1e-7), amplified by the
     # conditioning of the system (measured 8.3e-4 on targets of unit variance; each is
     # 7e-4 and 9e-4 from the float64 fit)
-    np.testing.assert_allclose(DSGDKernelRidge(**params).fit(X, y).predict(Xt), ref.predict(Xt), rtol=0,
+    np.testing.assert_allclose(KernelRidge(**params).fit(X, y).predict(Xt), ref.predict(Xt), rtol=0,
                                atol=2e-3)
 
 
 def test_ridge_by_passes_bad_parameters(sarcos, tmp_path):
     X, y, _, _ = sarcos
     with pytest.raises(ValueError, match="solver"):
-        DSGDKernelRidge(solver="newton").fit(X, y)
+        KernelRidge(solver="newton").fit(X, y)
     with pytest.raises(ValueError, match="tol"):
-        DSGDKernelRidge(solver="cg", tol=-1.0).fit(X, y)
+        KernelRidge(solver="cg", tol=-1.0).fit(X, y)
     with pytest.raises(ValueError, match="checkpoint is supported with solver='sgd'"):
-        DSGDKernelRidge(solver="cg", checkpoint=str(tmp_path / "c.zarr")).fit(X, y)
+        KernelRidge(solver="cg", checkpoint=str(tmp_path / "c.zarr")).fit(X, y)
     assert not (tmp_path / "c.zarr").exists()
     Xn = X.copy()
     Xn[3, 2] = np.nan
     with pytest.raises(ValueError, match="NaN"):
-        DSGDKernelRidge(solver="cg").fit(da.from_array(Xn, chunks=(250, -1)), y)
+        KernelRidge(solver="cg").fit(da.from_array(Xn, chunks=(250, -1)), y)
 
 
 def test_multi_output_ridge(sarcos):
     X, y, Xt, _ = sarcos
     Y = np.column_stack([y, -2 * y])
-    est = DSGDKernelRidge(alpha=1e-3, max_iter=200, random_state=0).fit(X, Y)
+    est = KernelRidge(alpha=1e-3, max_iter=200, random_state=0).fit(X, Y)
     P = est.predict(Xt)
     assert P.shape == (500, 2)
     # the targets are exactly proportional, and so is the fit (the updates are linear in y)
@@ -148,8 +148,8 @@ def test_multi_output_ridge(sarcos):
 
 
 @pytest.mark.parametrize(("cls", "reference"), [
-    (DSGDKernelSVC, "svc"),
-    (DSGDKernelLogisticRegression, "logistic"),
+    (KernelSVC, "svc"),
+    (KernelLogisticRegression, "logistic"),
 ])
 def test_classifiers_match_the_exact_kernel_machines(a9a, cls, reference):
     # SVC(C) minimises ||f||^2 / 2 + C sum hinge: nu = 1 / (C n); the same for
@@ -173,8 +173,8 @@ def test_classifiers_match_the_exact_kernel_machines(a9a, cls, reference):
 
 def test_multiclass_machines_on_usps():
     X, y = load_usps("train", sample=True)
-    svc = DSGDKernelSVC(alpha=1e-4, random_state=0).fit(X[:1500], y[:1500])
-    logit = DSGDKernelLogisticRegression(alpha=1e-4, random_state=0).fit(X[:1500], y[:1500])
+    svc = KernelSVC(alpha=1e-4, random_state=0).fit(X[:1500], y[:1500])
+    logit = KernelLogisticRegression(alpha=1e-4, random_state=0).fit(X[:1500], y[:1500])
     assert svc.decision_function(X[:3]).shape == (3, 10)
     P = logit.predict_proba(X[1500:])
     np.testing.assert_allclose(P.sum(axis=1), 1.0, rtol=1e-12)
@@ -202,13 +202,13 @@ def stores(tmp_path_factory, a9a):
 @pytest.fixture(scope="module")
 def svc_reference(stores):
     with dask.config.set(scheduler="sync"):
-        return DSGDKernelSVC(**SMALL).fit(*stores)
+        return KernelSVC(**SMALL).fit(*stores)
 
 
 def test_predictions_are_lazy_and_equal_the_numpy_ones(stores, svc_reference, a9a):
     X = da.from_zarr(stores[0])
     Xnp = X.compute()
-    logit = DSGDKernelLogisticRegression(**SMALL).fit(Xnp, a9a[1])
+    logit = KernelLogisticRegression(**SMALL).fit(Xnp, a9a[1])
     with dask.config.set(scheduler=_raising_scheduler):
         pred = svc_reference.predict(X)
         dec = svc_reference.decision_function(X)
@@ -247,16 +247,16 @@ def test_fit_on_a_local_cluster_equals_the_local_fit(stores, svc_reference):
 
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             Client(cluster):
-        model = DSGDKernelSVC(**SMALL).fit(*stores)
+        model = KernelSVC(**SMALL).fit(*stores)
     np.testing.assert_array_equal(model.model_.coef, svc_reference.model_.coef)
 
 
 def test_class_labels_of_any_type(a9a):
     X, y, Xt, _ = a9a
     names = np.where(y > 0, "over 50K", "at most 50K")
-    clf = DSGDKernelSVC(**SMALL).fit(X, names)
+    clf = KernelSVC(**SMALL).fit(X, names)
     assert set(clf.classes_) == {"over 50K", "at most 50K"}
-    num = DSGDKernelSVC(**SMALL).fit(X, y)
+    num = KernelSVC(**SMALL).fit(X, y)
     # the same codes (classes sorted), so the same model, whatever the labels' type
     np.testing.assert_array_equal(clf.decision_function(Xt), num.decision_function(Xt))
 
@@ -268,26 +268,26 @@ def test_bad_machine_input(a9a, sarcos):
     X, y, _, _ = a9a
     Xs, ys, _, _ = sarcos
     with pytest.raises(ValueError, match="X has 1500 rows, y has 1499"):
-        DSGDKernelSVC().fit(X, y[:-1])
+        KernelSVC().fit(X, y[:-1])
     with dask.config.set(scheduler=_raising_scheduler), pytest.raises(ValueError, match="X has 1500 rows, y has 1499"):
-        DSGDKernelRidge().fit(da.from_array(X, chunks=(500, -1)), da.from_array(y[:-1].astype(float), chunks=500))
+        KernelRidge().fit(da.from_array(X, chunks=(500, -1)), da.from_array(y[:-1].astype(float), chunks=500))
     bad = y.astype(float)
     bad[7] = np.nan
     with pytest.raises(ValueError, match="NaN or infinity"):
-        DSGDKernelLogisticRegression().fit(X, bad)
+        KernelLogisticRegression().fit(X, bad)
     with pytest.raises(ValueError, match="NaN or infinity"):
-        DSGDKernelRidge().fit(Xs, np.where(np.arange(1000) == 3, np.inf, ys))
+        KernelRidge().fit(Xs, np.where(np.arange(1000) == 3, np.inf, ys))
     with pytest.raises(ValueError, match="Unknown label type: continuous"):
-        DSGDKernelSVC().fit(Xs, ys)
+        KernelSVC().fit(Xs, ys)
     with pytest.raises(ValueError, match="only one class"):
-        DSGDKernelSVC().fit(X, np.ones(1500))
+        KernelSVC().fit(X, np.ones(1500))
     with pytest.raises(ValueError, match="alpha must be a finite number >= 0"):
-        DSGDKernelRidge(alpha=-1.0).fit(Xs, ys)
+        KernelRidge(alpha=-1.0).fit(Xs, ys)
     with pytest.raises(TypeError, match="numeric"):
-        DSGDKernelRidge().fit(Xs, np.array(["a"] * 1000))
+        KernelRidge().fit(Xs, np.array(["a"] * 1000))
     with pytest.raises(ValueError, match="classes must be passed on the first call"):
-        DSGDKernelSVC(**SMALL).partial_fit(X[:500], y[:500])
-    clf = DSGDKernelSVC(**SMALL).partial_fit(X[:500], y[:500], classes=[-1, 1])
+        KernelSVC(**SMALL).partial_fit(X[:500], y[:500])
+    clf = KernelSVC(**SMALL).partial_fit(X[:500], y[:500], classes=[-1, 1])
     with pytest.raises(ValueError, match=r"classes \[7\] not in classes_"):
         clf.partial_fit(X[:10], np.full(10, 7))
     with pytest.raises(ValueError, match="X has 5 features"):

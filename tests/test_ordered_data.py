@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import zarr
 
-from dsgd_dask import DSGDKernelPCA
+from dsgd_dask import KernelPCA
 from dsgd_dask.metrics import principal_angle_sin2
 from dsgd_dask.streams.batches import sample_rows
 from dsgd_dask.streams.inputs import as_view
@@ -53,8 +53,8 @@ def test_sorted_store_fits_like_the_shuffled_one(sorted_and_shuffled):
     # the sample checked above; its own Monte Carlo error (sin^2 0.06 to 0.33 between
     # seeds on these rows) is too large for a comparison of this kind to mean much.
     X, _, paths = sorted_and_shuffled
-    a = DSGDKernelPCA(4, random_state=0).fit(da.from_zarr(paths["sorted"]))
-    b = DSGDKernelPCA(4, random_state=0).fit(da.from_zarr(paths["shuffled"]))
+    a = KernelPCA(4, random_state=0).fit(da.from_zarr(paths["sorted"]))
+    b = KernelPCA(4, random_state=0).fit(da.from_zarr(paths["shuffled"]))
     assert any(e["rows"] < N_ROWS for e in a.convergence_)  # a stage on a subset of chunks ran
     np.testing.assert_allclose(a.eigenvalues_, b.eigenvalues_, rtol=0.01)
     probe = X[::20]

@@ -14,12 +14,12 @@ import xarray as xr
 import zarr
 
 import dsgd_dask
-from dsgd_dask import DSGDKernelPCA
+from dsgd_dask import KernelPCA
 
 
 @pytest.fixture(params=["joint", "block"])
 def model(blobs, request):
-    return DSGDKernelPCA(3, kernel="matern", kernel_params={"nu": 2.5}, n_features=512, block_size=64,
+    return KernelPCA(3, kernel="matern", kernel_params={"nu": 2.5}, n_features=512, block_size=64,
                          whitening=request.param, max_iter=40, random_state=0).fit(blobs)
 
 
@@ -59,7 +59,7 @@ def test_loaded_model_keeps_everything(model, blobs, tmp_path):
 def test_readable_attributes(model, tmp_path):
     model.save(tmp_path / "m.zarr")
     attrs = dict(zarr.open_group(str(tmp_path / "m.zarr"), mode="r").attrs)
-    assert attrs["estimator"] == "DSGDKernelPCA"
+    assert attrs["estimator"] == "KernelPCA"
     assert attrs["features"]["kernel"] == {"name": "matern", "bandwidth": model.bandwidth_, "nu": 2.5, "order": None}
     assert attrs["features"]["seed"] == 0
     assert attrs["dsgd_dask"]["format_version"] == 2
@@ -68,7 +68,7 @@ def test_readable_attributes(model, tmp_path):
 
 def test_xarray_labels_survive(blobs, tmp_path):
     arr = xr.DataArray(blobs, dims=("sample", "band"), coords={"band": [400, 500, 600, 700, 800]})
-    m = DSGDKernelPCA(2, n_features=256, block_size=64, max_iter=10, random_state=0).fit(arr)
+    m = KernelPCA(2, n_features=256, block_size=64, max_iter=10, random_state=0).fit(arr)
     m.save(tmp_path / "m.zarr")
     back = dsgd_dask.load(tmp_path / "m.zarr")
     assert back.feature_dim_ == "band"
@@ -152,13 +152,13 @@ def _estimators():
     X, labels = _data()
     A, B = X[:, :3], X[:, 3:]
     return {
-        "pca": (DSGDKernelPCA(3, n_features=256, max_iter=5, random_state=0).fit(X), "transform", (X,)),
-        "svd": (dsgd_dask.DSGDKernelSVD(2, **SMALL).fit(A, B), "transform", (A, B)),
-        "cca": (dsgd_dask.DSGDKernelCCA(2, **SMALL).fit(A, B), "transform", (A, B)),
-        "sir": (dsgd_dask.DSGDKernelSIR(2, n_slices=5, **SMALL).fit(X, X[:, 0] ** 2), "transform", (X,)),
-        "ridge": (dsgd_dask.DSGDKernelRidge(1e-3, **SMALL).fit(X, X[:, 0] * X[:, 1]), "predict", (X,)),
-        "svc": (dsgd_dask.DSGDKernelSVC(1e-3, **SMALL).fit(X, labels), "predict", (X,)),
-        "logistic": (dsgd_dask.DSGDKernelLogisticRegression(1e-3, **SMALL).fit(X, labels), "predict_proba", (X,)),
+        "pca": (KernelPCA(3, n_features=256, max_iter=5, random_state=0).fit(X), "transform", (X,)),
+        "svd": (dsgd_dask.KernelSVD(2, **SMALL).fit(A, B), "transform", (A, B)),
+        "cca": (dsgd_dask.KernelCCA(2, **SMALL).fit(A, B), "transform", (A, B)),
+        "sir": (dsgd_dask.KernelSIR(2, n_slices=5, **SMALL).fit(X, X[:, 0] ** 2), "transform", (X,)),
+        "ridge": (dsgd_dask.KernelRidge(1e-3, **SMALL).fit(X, X[:, 0] * X[:, 1]), "predict", (X,)),
+        "svc": (dsgd_dask.KernelSVC(1e-3, **SMALL).fit(X, labels), "predict", (X,)),
+        "logistic": (dsgd_dask.KernelLogisticRegression(1e-3, **SMALL).fit(X, labels), "predict_proba", (X,)),
     }
 
 
@@ -176,8 +176,8 @@ def saved(tmp_path_factory):
 
 def test_every_estimator_saved_and_loaded_in_a_fresh_process(saved, tmp_path):
     assert {type(est).__name__ for est, *_ in saved.values()} == {
-        "DSGDKernelPCA", "DSGDKernelSVD", "DSGDKernelCCA", "DSGDKernelSIR", "DSGDKernelRidge", "DSGDKernelSVC",
-        "DSGDKernelLogisticRegression"}
+        "KernelPCA", "KernelSVD", "KernelCCA", "KernelSIR", "KernelRidge", "KernelSVC",
+        "KernelLogisticRegression"}
     spec = {name: {"path": str(path), "method": method, "args": [f"{name}-{i}.npy" for i in range(len(args))]}
             for name, (_, method, args, path) in saved.items()}
     for name, (_, _, args, _) in saved.items():
@@ -249,7 +249,7 @@ def test_remote_urls_refused(model, blobs, tmp_path, monkeypatch, url):
     # a checkpoint on such a URL fails before any step
     seen = []
     with pytest.raises(ValueError, match=message):
-        DSGDKernelPCA(2, solver="oja", features="fourier", n_features=128, block_size=64, max_iter=20,
+        KernelPCA(2, solver="oja", features="fourier", n_features=128, block_size=64, max_iter=20,
                       checkpoint=url, random_state=0).fit(blobs, callback=lambda *a: seen.append(a))
     assert seen == []
     assert list(tmp_path.iterdir()) == []  # nothing written locally under a mangled name
@@ -258,7 +258,7 @@ def test_remote_urls_refused(model, blobs, tmp_path, monkeypatch, url):
 def test_checkpoint_at_a_file_url(blobs, tmp_path):
     params = dict(solver="oja", features="fourier", n_features=128, block_size=64, max_iter=20, random_state=0)
     ckpt = tmp_path / "ck.zarr"
-    fitted = DSGDKernelPCA(2, **params, checkpoint=ckpt.as_uri(), checkpoint_every=5).fit(blobs)
+    fitted = KernelPCA(2, **params, checkpoint=ckpt.as_uri(), checkpoint_every=5).fit(blobs)
     assert ckpt.is_dir()
-    resumed = DSGDKernelPCA(2, **params, checkpoint=ckpt.as_uri(), checkpoint_every=5).fit(blobs)
+    resumed = KernelPCA(2, **params, checkpoint=ckpt.as_uri(), checkpoint_every=5).fit(blobs)
     np.testing.assert_array_equal(resumed.transform(blobs), fitted.transform(blobs))

@@ -7,7 +7,7 @@ import dask.array as da
 import pytest
 from tqdm import tqdm
 
-from dsgd_dask import DSGDKernelPCA, DSGDKernelRidge
+from dsgd_dask import KernelPCA, KernelRidge
 from dsgd_dask.engine import run_plan
 from dsgd_dask.progress import pass_bar, step_bar
 from dsgd_dask.streams.batches import chunk_tasks
@@ -24,7 +24,7 @@ def _open_bars() -> int:
 @pytest.mark.parametrize("scheduler", ["local", "distributed"])
 def test_run_plan_reports_every_step_to_a_callable(blobs, scheduler):
     X = da.from_array(blobs, chunks=(100, 5))
-    est = DSGDKernelPCA(**OJA, max_iter=5).fit(X)
+    est = KernelPCA(**OJA, max_iter=5).fit(X)
     view = as_view(X)
     n_steps = 37  # several chunk tasks, the last one cut short
     tasks = chunk_tasks(view, 32, est.seed_, est.state_.step, n_steps)
@@ -46,10 +46,10 @@ def test_run_plan_reports_every_step_to_a_callable(blobs, scheduler):
 
 def test_verbose_steps_fit_writes_a_tqdm_bar(blobs, capsys):
     y = blobs[:, 0] - blobs[:, 1]
-    DSGDKernelRidge(alpha=1e-3, n_features=256, block_size=64, batch_size=32, max_iter=30, random_state=0).fit(
+    KernelRidge(alpha=1e-3, n_features=256, block_size=64, batch_size=32, max_iter=30, random_state=0).fit(
         blobs, y)
     assert capsys.readouterr().err == ""
-    DSGDKernelRidge(alpha=1e-3, n_features=256, block_size=64, batch_size=32, max_iter=30, verbose=True,
+    KernelRidge(alpha=1e-3, n_features=256, block_size=64, batch_size=32, max_iter=30, verbose=True,
                     random_state=0).fit(blobs, y)
     err = capsys.readouterr().err
     assert "30/30" in err
@@ -59,7 +59,7 @@ def test_verbose_steps_fit_writes_a_tqdm_bar(blobs, capsys):
 
 
 def test_verbose_subspace_fit_writes_a_pass_bar(blobs, capsys):
-    model = DSGDKernelPCA(3, n_features=256, max_iter=6, tol=1e-12, verbose=True, random_state=0).fit(blobs)
+    model = KernelPCA(3, n_features=256, max_iter=6, tol=1e-12, verbose=True, random_state=0).fit(blobs)
     err = capsys.readouterr().err
     assert f"{model.n_iter_}/6" in err
     assert "pass" in err
@@ -75,10 +75,10 @@ def test_bars_close_on_error(blobs):
         raise RuntimeError("stop")
 
     with pytest.raises(RuntimeError, match="stop"):
-        DSGDKernelPCA(**OJA, max_iter=40, verbose=True).fit(blobs, callback=fail)
+        KernelPCA(**OJA, max_iter=40, verbose=True).fit(blobs, callback=fail)
     assert _open_bars() == 0
     with pytest.raises(RuntimeError, match="stop"):
-        DSGDKernelPCA(3, n_features=256, max_iter=4, verbose=True, random_state=0).fit(blobs, callback=fail)
+        KernelPCA(3, n_features=256, max_iter=4, verbose=True, random_state=0).fit(blobs, callback=fail)
     assert _open_bars() == 0
     def interrupted(bar, *update):
         with bar as progress:

@@ -1,4 +1,4 @@
-"""The preconditioners of DSGDKernelRidge(solver="cg"): block-Jacobi and the landmark (FALKON-style) one."""
+"""The preconditioners of KernelRidge(solver="cg"): block-Jacobi and the landmark (FALKON-style) one."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import scipy.linalg
 from conftest import KERNEL_CASES, blas_threads, kernel_id
 from threadpoolctl import threadpool_limits
 
-from dsgd_dask import DSGDKernelRidge
+from dsgd_dask import KernelRidge
 from dsgd_dask.datasets import load_mnist
 from dsgd_dask.engine import ridge as ridge_module
 from dsgd_dask.engine.ridge import BlockJacobi, LandmarkPreconditioner, RKHSPenalty, landmark_moment
@@ -62,7 +62,7 @@ def test_landmarks_reach_the_dense_solution_in_fewer_passes(digits):
     def keep(pre):
         return lambda n, model: traj[pre].append(model.evaluate(Xh))
 
-    lm = DSGDKernelRidge(**params, preconditioner="landmarks", tol=1e-8, max_iter=30)
+    lm = KernelRidge(**params, preconditioner="landmarks", tol=1e-8, max_iter=30)
     lm.fit(X, Y, callback=keep("landmarks"))
     assert lm.preconditioner_ == "landmarks"
     res = [c["relative_residual"] for c in lm.convergence_]
@@ -73,7 +73,7 @@ def test_landmarks_reach_the_dense_solution_in_fewer_passes(digits):
     # of the function of 4e-8 of its size here; 1e-6 leaves room for round-off of another BLAS
     assert np.linalg.norm(lm.predict(Xh) - dense) / np.linalg.norm(dense) < 1e-6
 
-    bj = DSGDKernelRidge(**params, preconditioner="block", tol=1e-8, max_iter=lm.n_iter_)
+    bj = KernelRidge(**params, preconditioner="block", tol=1e-8, max_iter=lm.n_iter_)
     bj.fit(X, Y, callback=keep("block"))
     assert bj.preconditioner_ == "block"
     # as many passes leave block-Jacobi far from converged, on its way to the same solution
@@ -208,7 +208,7 @@ def test_data_with_repeated_rows(digits):
     X2, Y2 = np.concatenate([X[:500], X[:500]]), np.concatenate([Y[:500], Y[:500]])
     params = {"alpha": 1e-4, "solver": "cg", "n_features": 512, "block_size": 256, "compute_dtype": "float64",
               "bandwidth": BANDWIDTH, "random_state": 0, "tol": 1e-7}
-    lm = DSGDKernelRidge(**params, preconditioner="landmarks", max_iter=40).fit(X2, Y2)
+    lm = KernelRidge(**params, preconditioner="landmarks", max_iter=40).fit(X2, Y2)
     assert len(np.unique(lm.model_.features.landmarks, axis=0)) < 512
     assert lm.convergence_[-1]["relative_residual"] <= 1e-7
     dense = _dense(lm, X2, Y2, Xh, 1e-4)
@@ -219,16 +219,16 @@ def test_auto_and_bad_values(digits):
     X, Y, _ = digits
     X, Y = X[:600], Y[:600, :2]
     small = {"solver": "cg", "max_iter": 2, "bandwidth": BANDWIDTH, "random_state": 0}
-    assert DSGDKernelRidge(**small, n_features=512, block_size=256).fit(X, Y).preconditioner_ == "landmarks"
+    assert KernelRidge(**small, n_features=512, block_size=256).fit(X, Y).preconditioner_ == "landmarks"
     # one block: block-Jacobi is the whole system matrix
-    assert DSGDKernelRidge(**small, n_features=256, block_size=256).fit(X, Y).preconditioner_ == "block"
-    assert DSGDKernelRidge(**small, features="fourier", n_features=512).fit(X, Y).preconditioner_ == "block"
+    assert KernelRidge(**small, n_features=256, block_size=256).fit(X, Y).preconditioner_ == "block"
+    assert KernelRidge(**small, features="fourier", n_features=512).fit(X, Y).preconditioner_ == "block"
     with pytest.raises(ValueError, match="preconditioner must be one of"):
-        DSGDKernelRidge(**small, preconditioner="jacobi").fit(X, Y)
+        KernelRidge(**small, preconditioner="jacobi").fit(X, Y)
     with pytest.raises(ValueError, match="preconditioner must be one of"):
-        DSGDKernelRidge(**small, preconditioner=None).fit(X, Y)
+        KernelRidge(**small, preconditioner=None).fit(X, Y)
     with pytest.raises(ValueError, match="needs Nyström features"):
-        DSGDKernelRidge(**small, features="fourier", preconditioner="landmarks").fit(X, Y)
+        KernelRidge(**small, features="fourier", preconditioner="landmarks").fit(X, Y)
 
 
 def test_landmarks_on_a_cluster_equal_the_local_fit(digits):
@@ -240,11 +240,11 @@ def test_landmarks_on_a_cluster_equal_the_local_fit(digits):
               "bandwidth": BANDWIDTH, "preconditioner": "landmarks", "random_state": 0}
     Xd, yd = da.from_array(X, chunks=(250, -1)), da.from_array(y, chunks=250)
     with dask.config.set(scheduler="sync"):
-        ref = DSGDKernelRidge(**params).fit(Xd, yd)
+        ref = KernelRidge(**params).fit(Xd, yd)
     assert ref.preconditioner_ == "landmarks"
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             Client(cluster):
-        model = DSGDKernelRidge(**params).fit(Xd, yd)
+        model = KernelRidge(**params).fit(Xd, yd)
     np.testing.assert_array_equal(model.model_.coef, ref.model_.coef)
     assert model.convergence_ == ref.convergence_
 

@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
-from dsgd_dask import DSGDKernelPCA
+from dsgd_dask import KernelPCA
 from dsgd_dask.metrics import principal_angle_sin2
 from dsgd_dask.rules.base import apply_update
 from dsgd_dask.rules.kpca import pca_rule
@@ -48,10 +48,10 @@ def test_rules_reach_the_dense_principal_subspace(ordered):
 
 
 def test_divergence_guard_recovers(blobs):
-    ref = DSGDKernelPCA(2, **PAPER, n_features=512, block_size=64, max_iter=150, random_state=0).fit(blobs)
+    ref = KernelPCA(2, **PAPER, n_features=512, block_size=64, max_iter=150, random_state=0).fit(blobs)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        wild = DSGDKernelPCA(2, **PAPER, n_features=512, block_size=64, max_iter=150, eta0=64.0,
+        wild = KernelPCA(2, **PAPER, n_features=512, block_size=64, max_iter=150, eta0=64.0,
                              random_state=0).fit(blobs)
     assert any("diverged" in str(w.message) for w in caught)
     Z = wild.transform(blobs)
@@ -63,8 +63,8 @@ def test_divergence_guard_recovers(blobs):
 
 def test_partial_fit_streams_like_fit(blobs):
     params = dict(n_components=2, n_features=1024, block_size=128, batch_size=64, random_state=0)
-    full = DSGDKernelPCA(**PAPER, max_iter=200, **params).fit(blobs)
-    stream = DSGDKernelPCA(**PAPER, **params)
+    full = KernelPCA(**PAPER, max_iter=200, **params).fit(blobs)
+    stream = KernelPCA(**PAPER, **params)
     for _ in range(3):
         for piece in np.array_split(blobs, 5):
             stream.partial_fit(piece)
@@ -76,9 +76,9 @@ def test_partial_fit_streams_like_fit(blobs):
 
 def test_fit_is_reproducible_and_seed_dependent(blobs):
     params = dict(n_components=2, n_features=512, block_size=64, max_iter=50)
-    a = DSGDKernelPCA(**PAPER, random_state=3, **params).fit(blobs)
-    b = DSGDKernelPCA(**PAPER, random_state=3, **params).fit(blobs)
-    c = DSGDKernelPCA(**PAPER, random_state=4, **params).fit(blobs)
+    a = KernelPCA(**PAPER, random_state=3, **params).fit(blobs)
+    b = KernelPCA(**PAPER, random_state=3, **params).fit(blobs)
+    c = KernelPCA(**PAPER, random_state=4, **params).fit(blobs)
     np.testing.assert_array_equal(a.model_.coef, b.model_.coef)
     assert not np.allclose(a.model_.coef, c.model_.coef)
 
@@ -86,29 +86,29 @@ def test_fit_is_reproducible_and_seed_dependent(blobs):
 def test_pickled_model_transforms_identically(blobs):
     import cloudpickle
 
-    model = DSGDKernelPCA(2, **PAPER, n_features=512, block_size=64, max_iter=30, random_state=0).fit(blobs)
+    model = KernelPCA(2, **PAPER, n_features=512, block_size=64, max_iter=30, random_state=0).fit(blobs)
     for dumps in (pickle.dumps, cloudpickle.dumps):
         clone = pickle.loads(dumps(model))
         np.testing.assert_array_equal(clone.transform(blobs), model.transform(blobs))
 
 
 def test_feature_names_out(blobs):
-    model = DSGDKernelPCA(3, **PAPER, n_features=256, block_size=64, max_iter=5, random_state=0).fit(blobs)
-    assert list(model.get_feature_names_out()) == ["dsgdkernelpca0", "dsgdkernelpca1", "dsgdkernelpca2"]
+    model = KernelPCA(3, **PAPER, n_features=256, block_size=64, max_iter=5, random_state=0).fit(blobs)
+    assert list(model.get_feature_names_out()) == ["kernelpca0", "kernelpca1", "kernelpca2"]
     assert model.n_features_in_ == 5
     assert model.n_features_ == 256
 
 
 @pytest.mark.parametrize("kernel", ["gaussian", "laplacian", "cauchy", "matern", "arccos"])
 def test_every_kernel_fits(blobs, kernel):
-    from sklearn.decomposition import KernelPCA
+    from sklearn.decomposition import KernelPCA as SkKernelPCA
 
     from dsgd_dask.features import kernel_matrix
 
-    model = DSGDKernelPCA(2, **PAPER, kernel=kernel, n_features=2048, max_iter=300, random_state=0).fit(blobs)
+    model = KernelPCA(2, **PAPER, kernel=kernel, n_features=2048, max_iter=300, random_state=0).fit(blobs)
     # dense reference with the same kernel and bandwidth: exact centred kernel PCA
     K = kernel_matrix(model.kernel_, blobs)
-    exact = KernelPCA(3, kernel="precomputed").fit(K)
+    exact = SkKernelPCA(3, kernel="precomputed").fit(K)
     assert exact.eigenvalues_[1] / exact.eigenvalues_[2] > 1.2
     sin2 = principal_angle_sin2(model.transform(blobs), exact.transform(K)[:, :2])
     assert sin2 < 0.05, sin2
@@ -121,7 +121,7 @@ def test_partial_sums_equal_one_step_on_the_union(blobs, ordered):
     from dsgd_dask.engine.steps import StepConfig, rule_step
     from dsgd_dask.rules import Sums
 
-    model = DSGDKernelPCA(3, **PAPER, n_features=512, block_size=64, max_iter=12, ordered=ordered,
+    model = KernelPCA(3, **PAPER, n_features=512, block_size=64, max_iter=12, ordered=ordered,
                           random_state=0).fit(blobs)
     features, coef = (model._features,), model.state_.coef
     rule = pca_rule(ordered, center=True, guard_limit=1e9)
@@ -142,6 +142,6 @@ def test_data_parallel_fit_matches_subspace(blobs):
     import dask.array as da
 
     params = dict(n_components=2, n_features=1024, block_size=128, max_iter=200, random_state=0)
-    one = DSGDKernelPCA(**PAPER, **params).fit(blobs)
-    two = DSGDKernelPCA(**PAPER, **params, n_partitions=2).fit(da.from_array(blobs, chunks=(100, 5)))
+    one = KernelPCA(**PAPER, **params).fit(blobs)
+    two = KernelPCA(**PAPER, **params, n_partitions=2).fit(da.from_array(blobs, chunks=(100, 5)))
     assert principal_angle_sin2(one.transform(blobs), two.transform(blobs)) < 0.02

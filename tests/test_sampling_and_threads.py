@@ -10,7 +10,7 @@ from conftest import blas_threads
 from scipy import stats
 from threadpoolctl import threadpool_limits
 
-from dsgd_dask import DSGDKernelPCA
+from dsgd_dask import KernelPCA
 from dsgd_dask._threads import one_blas_thread, parallel_width
 from dsgd_dask.features import KernelSpec, RandomFeatures
 from dsgd_dask.features.sampling import standard_cauchy, standard_laplace, standard_normal
@@ -97,7 +97,7 @@ def test_features_and_fit_do_not_depend_on_the_thread_count(cache_bytes):
         with threadpool_limits(limits=width, user_api="blas"):
             feats = RandomFeatures(spec, 30, 256, seed=3, cache_bytes=cache_bytes)
             Z = feats.transform(X, 0, 16)  # 4 pages
-            model = DSGDKernelPCA(**params).fit(X)
+            model = KernelPCA(**params).fit(X)
             results[width] = (Z, model.model_.coef, model.transform(X))
     for a, b in zip(results[1], results[2], strict=True):
         np.testing.assert_array_equal(a, b)
@@ -111,11 +111,11 @@ def test_fit_in_another_thread_equals_fit_in_the_main_thread():
     params = dict(n_components=2, solver="oja", features="fourier", n_features=2048, block_size=256,
                   batch_size=128, max_iter=30, random_state=2)
     with threadpool_limits(limits=2, user_api="blas"):
-        main = DSGDKernelPCA(**params).fit(X).model_.coef
+        main = KernelPCA(**params).fit(X).model_.coef
         out = {}
 
         def fit_here():
-            out["coef"] = DSGDKernelPCA(**params).fit(X).model_.coef
+            out["coef"] = KernelPCA(**params).fit(X).model_.coef
             out["threads_after"] = blas_threads()
 
         t = threading.Thread(target=fit_here)

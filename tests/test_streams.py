@@ -8,7 +8,7 @@ import pytest
 import xarray as xr
 import zarr
 
-from dsgd_dask import DSGDKernelPCA
+from dsgd_dask import KernelPCA
 from dsgd_dask.streams import as_view, chunk_tasks, load_slab
 from dsgd_dask.streams.batches import load_pair
 from dsgd_dask.streams.inputs import paired_views
@@ -64,9 +64,9 @@ def blobs_store(tmp_path, blobs):
 
 
 def test_fit_from_zarr_path_and_array(blobs_store):
-    by_path = DSGDKernelPCA(**SMALL).fit(str(blobs_store))
-    by_array = DSGDKernelPCA(**SMALL).fit(zarr.open_array(str(blobs_store), mode="r"))
-    by_dask = DSGDKernelPCA(**SMALL).fit(da.from_zarr(str(blobs_store)))
+    by_path = KernelPCA(**SMALL).fit(str(blobs_store))
+    by_array = KernelPCA(**SMALL).fit(zarr.open_array(str(blobs_store), mode="r"))
+    by_dask = KernelPCA(**SMALL).fit(da.from_zarr(str(blobs_store)))
     np.testing.assert_array_equal(by_path.model_.coef, by_dask.model_.coef)
     np.testing.assert_array_equal(by_array.model_.coef, by_dask.model_.coef)
     assert isinstance(by_path.transform(str(blobs_store)), da.Array)
@@ -76,29 +76,29 @@ def test_zarr_group_path_explains_itself(tmp_path, blobs):
     group = zarr.open_group(str(tmp_path / "g.zarr"), mode="w")
     group.create_array("X", data=blobs)
     with pytest.raises(ValueError, match="is a Zarr group, not an array.*g.zarr/X"):
-        DSGDKernelPCA(**SMALL).fit(str(tmp_path / "g.zarr"))
-    model = DSGDKernelPCA(**SMALL).fit(str(tmp_path / "g.zarr" / "X"))
+        KernelPCA(**SMALL).fit(str(tmp_path / "g.zarr"))
+    model = KernelPCA(**SMALL).fit(str(tmp_path / "g.zarr" / "X"))
     assert model.n_features_in_ == 5
 
 
 def test_empty_store(tmp_path):
     zarr.create_array(store=str(tmp_path / "e.zarr"), shape=(0, 4), dtype="float32", chunks=(10, 4))
     with pytest.raises(ValueError, match="0 samples"):
-        DSGDKernelPCA(**SMALL).fit(str(tmp_path / "e.zarr"))
+        KernelPCA(**SMALL).fit(str(tmp_path / "e.zarr"))
 
 
 def test_xarray_open_zarr_dataset(tmp_path, blobs):
     ds = xr.Dataset({"X": (("sample", "feature"), blobs)}, coords={"sample": np.arange(len(blobs))})
     ds.chunk({"sample": 128}).to_zarr(str(tmp_path / "ds.zarr"), consolidated=False)
     opened = xr.open_zarr(str(tmp_path / "ds.zarr"), consolidated=False)
-    model = DSGDKernelPCA(**SMALL).fit(opened)
+    model = KernelPCA(**SMALL).fit(opened)
     assert model.feature_dim_ == "feature"
     Z = model.transform(opened["X"])
     assert Z.dims == ("sample", "component")
     assert isinstance(Z.data, da.Array)
     both = opened.assign(Y=opened["X"] * 2)
     with pytest.raises(ValueError, match="2 2-D data variables"):
-        DSGDKernelPCA(**SMALL).fit(both)
+        KernelPCA(**SMALL).fit(both)
 
 
 @pytest.mark.parametrize("dtype", ["uint8", "float16", "float64"])
@@ -107,8 +107,8 @@ def test_store_dtypes_converted_per_chunk(tmp_path, dtype):
     values = rng.integers(0, 255, size=(400, 6)).astype(dtype)
     zarr.create_array(store=str(tmp_path / "a.zarr"), data=values, chunks=(64, 6))
     zarr.create_array(store=str(tmp_path / "b.zarr"), data=values.astype("float32"), chunks=(64, 6))
-    a = DSGDKernelPCA(**SMALL).fit(str(tmp_path / "a.zarr"))
-    b = DSGDKernelPCA(**SMALL).fit(str(tmp_path / "b.zarr"))
+    a = KernelPCA(**SMALL).fit(str(tmp_path / "a.zarr"))
+    b = KernelPCA(**SMALL).fit(str(tmp_path / "b.zarr"))
     # integers up to 255 are exact in every one of these dtypes: the same features, the same model
     np.testing.assert_allclose(a.model_.coef, b.model_.coef, rtol=1e-10, atol=1e-12)
 
@@ -116,8 +116,8 @@ def test_store_dtypes_converted_per_chunk(tmp_path, dtype):
 def test_chunks_split_along_features_fit(blobs):
     X = da.from_array(blobs, chunks=(100, 2))
     Y = da.from_array(blobs, chunks=(100, 5))
-    a = DSGDKernelPCA(**SMALL).fit(X)
-    b = DSGDKernelPCA(**SMALL).fit(Y)
+    a = KernelPCA(**SMALL).fit(X)
+    b = KernelPCA(**SMALL).fit(Y)
     np.testing.assert_array_equal(a.model_.coef, b.model_.coef)
 
 

@@ -9,7 +9,7 @@ import pytest
 import zarr
 from conftest import KERNEL_CASES, kernel_id
 
-from dsgd_dask import DSGDKernelPCA, ExactKernelPCA, NystroemPCA, RandomFeaturePCA, load
+from dsgd_dask import KernelPCA, ExactKernelPCA, NystroemPCA, RandomFeaturePCA, load
 from dsgd_dask.engine.passes import full_pass
 from dsgd_dask.features import KernelSpec, RandomFeatures, kernel_matrix
 from dsgd_dask.features.nystroem import NystroemFeatures, kernel_sections
@@ -212,7 +212,7 @@ def test_default_fit_matches_exact_kernel_pca(mnist_exact, k):
     # kernel PCA subspace to far below the 1e-3 that separates the components
     # (eigengap after 3 and 5 checked in test_baselines), eigenvalues to 1%.
     X, Xt, exact, E = mnist_exact
-    est = DSGDKernelPCA(k, random_state=0).fit(X)
+    est = KernelPCA(k, random_state=0).fit(X)
     assert principal_angle_sin2(est.transform(Xt), E[:, :k]) < 1e-3
     np.testing.assert_allclose(est.eigenvalues_, exact.eigenvalues_[:k], rtol=1e-2)
     assert est.convergence_[-1]["estimated_error"] <= est.tol
@@ -225,7 +225,7 @@ def test_converged_single_block_equals_nystroem_pca(mnist_small):
     X, Xt = mnist_small
     m = 400
     ny = NystroemPCA(4, n_features=m, random_state=3).fit(X)
-    est = DSGDKernelPCA(4, n_features=m, block_size=m, compute_dtype="float64", tol=1e-12, max_iter=60,
+    est = KernelPCA(4, n_features=m, block_size=m, compute_dtype="float64", tol=1e-12, max_iter=60,
                         random_state=3).fit(X)
     assert np.array_equal(np.sort(est.model_.features.landmarks, axis=0), np.sort(ny.landmarks_, axis=0))
     assert principal_angle_sin2(est.transform(Xt), ny.transform(Xt)) < 1e-8
@@ -236,7 +236,7 @@ def test_fourier_subspace_equals_random_feature_pca(mnist_small):
     # Fourier blocks with the subspace solver: linear PCA of the same random features.
     X, Xt = mnist_small
     rf = RandomFeaturePCA(3, n_features=512, block_size=128, random_state=5).fit(X)
-    est = DSGDKernelPCA(3, features="fourier", n_features=512, block_size=128, tol=1e-12, max_iter=100,
+    est = KernelPCA(3, features="fourier", n_features=512, block_size=128, tol=1e-12, max_iter=100,
                         random_state=5).fit(X)
     assert principal_angle_sin2(est.transform(Xt), rf.transform(Xt)) < 1e-6
     np.testing.assert_allclose(est.eigenvalues_, rf.eigenvalues_, rtol=1e-5)
@@ -245,14 +245,14 @@ def test_fourier_subspace_equals_random_feature_pca(mnist_small):
 @pytest.mark.parametrize("kernel", ["laplacian", "matern", "arccos"])
 def test_other_kernels_match_exact_kernel_pca(kernel, blobs):
     exact = ExactKernelPCA(3, kernel=kernel, random_state=0).fit(blobs)
-    est = DSGDKernelPCA(3, kernel=kernel, random_state=0).fit(blobs)
+    est = KernelPCA(3, kernel=kernel, random_state=0).fit(blobs)
     # 600 rows: the landmark blocks hold every row, so only the block-wise whitening differs
     assert principal_angle_sin2(est.transform(blobs), exact.transform(blobs)) < 1e-3
 
 
 def test_uncentred_fit_matches_uncentred_exact(blobs):
     exact = ExactKernelPCA(3, center=False, random_state=0).fit(blobs)
-    est = DSGDKernelPCA(3, center=False, random_state=0).fit(blobs)
+    est = KernelPCA(3, center=False, random_state=0).fit(blobs)
     assert principal_angle_sin2(est.transform(blobs), exact.transform(blobs)) < 1e-3
     np.testing.assert_allclose(est.eigenvalues_, exact.eigenvalues_, rtol=1e-2)
 
@@ -269,9 +269,9 @@ def mnist_store(tmp_path_factory, mnist_small):
 def test_lazy_fit_same_model_on_every_local_scheduler(mnist_store, mnist_exact):
     params = dict(n_components=3, n_features=1024, block_size=512, random_state=2)
     with dask.config.set(scheduler="sync"):
-        ref = DSGDKernelPCA(**params).fit(da.from_zarr(mnist_store))
+        ref = KernelPCA(**params).fit(da.from_zarr(mnist_store))
     with dask.config.set(scheduler="threads"):
-        thr = DSGDKernelPCA(**params).fit(da.from_zarr(mnist_store))
+        thr = KernelPCA(**params).fit(da.from_zarr(mnist_store))
     assert np.array_equal(ref.model_.coef, thr.model_.coef)
     assert np.array_equal(ref.eigenvalues_, thr.eigenvalues_)
     _, Xt, _, E = mnist_exact
@@ -280,7 +280,7 @@ def test_lazy_fit_same_model_on_every_local_scheduler(mnist_store, mnist_exact):
 
 def test_save_and_load_nystroem_model(mnist_small, tmp_path):
     X, Xt = mnist_small
-    est = DSGDKernelPCA(3, n_features=1024, block_size=512, random_state=0).fit(X[:1500])
+    est = KernelPCA(3, n_features=1024, block_size=512, random_state=0).fit(X[:1500])
     est.save(tmp_path / "m.zarr")
     back = load(tmp_path / "m.zarr")
     assert np.array_equal(back.transform(Xt), est.transform(Xt))
@@ -290,7 +290,7 @@ def test_save_and_load_nystroem_model(mnist_small, tmp_path):
 def test_resume_after_an_interrupted_pass(mnist_store, tmp_path, monkeypatch):
     params = dict(n_components=3, n_features=1024, block_size=512, tol=0.0, max_iter=4, random_state=4)
     ckpt = str(tmp_path / "ckpt.zarr")
-    reference = DSGDKernelPCA(**params).fit(da.from_zarr(mnist_store))
+    reference = KernelPCA(**params).fit(da.from_zarr(mnist_store))
     from dsgd_dask.estimators import kpca as kpca_module
 
     calls = {"n": 0}
@@ -304,10 +304,10 @@ def test_resume_after_an_interrupted_pass(mnist_store, tmp_path, monkeypatch):
 
     monkeypatch.setattr(kpca_module, "full_pass", failing)
     with pytest.raises(KeyboardInterrupt):
-        DSGDKernelPCA(**params, checkpoint=ckpt).fit(da.from_zarr(mnist_store))
+        KernelPCA(**params, checkpoint=ckpt).fit(da.from_zarr(mnist_store))
     monkeypatch.setattr(kpca_module, "full_pass", real)
     assert zarr.open_group(ckpt, mode="r").attrs["step"] == 2
-    resumed = DSGDKernelPCA(**params, checkpoint=ckpt).fit(da.from_zarr(mnist_store))
+    resumed = KernelPCA(**params, checkpoint=ckpt).fit(da.from_zarr(mnist_store))
     assert resumed.n_iter_ == reference.n_iter_ == 4
     assert np.array_equal(resumed.model_.coef, reference.model_.coef)
     assert np.array_equal(resumed.eigenvalues_, reference.eigenvalues_)
@@ -315,7 +315,7 @@ def test_resume_after_an_interrupted_pass(mnist_store, tmp_path, monkeypatch):
 
 def test_partial_fit_passes_then_steps(mnist_small):
     X, Xt = mnist_small
-    est = DSGDKernelPCA(3, n_features=1024, block_size=512, random_state=0)
+    est = KernelPCA(3, n_features=1024, block_size=512, random_state=0)
     est.partial_fit(X[:1500])
     first = est.transform(Xt)
     assert est.n_passes_ >= 1
@@ -334,12 +334,12 @@ def test_partial_fit_passes_then_steps(mnist_small):
 ])
 def test_bad_solver_parameters(blobs, params, error, match):
     with pytest.raises(error, match=match):
-        DSGDKernelPCA(2, **params).fit(blobs)
+        KernelPCA(2, **params).fit(blobs)
 
 
 def test_too_many_components_for_the_landmarks(blobs):
     with pytest.raises(ValueError, match="n_components"):
-        DSGDKernelPCA(700).fit(blobs)
+        KernelPCA(700).fit(blobs)
 
 
 def test_lazy_transform_carries_the_model_once(mnist_small):
@@ -348,7 +348,7 @@ def test_lazy_transform_carries_the_model_once(mnist_small):
     import pickle
 
     X, Xt = mnist_small
-    est = DSGDKernelPCA(3, n_features=1024, block_size=512, random_state=0).fit(X[:1500])
+    est = KernelPCA(3, n_features=1024, block_size=512, random_state=0).fit(X[:1500])
     Z = est.transform(da.from_array(Xt.astype(np.float32), chunks=(34, 784)))
     assert Z.numblocks[0] == 30
     graph_bytes = len(pickle.dumps(dict(Z.__dask_graph__())))
@@ -377,7 +377,7 @@ def test_sampled_stages_then_passes_reach_the_converged_subspace(mixture_rows):
     X = mixture_rows
     n = X.shape[0]
     params = dict(n_components=4, n_features=512, block_size=256, compute_dtype="float64", random_state=0)
-    est = DSGDKernelPCA(**params).fit(X)
+    est = KernelPCA(**params).fit(X)
     stages = [e for e in est.convergence_ if e["rows"] < n]
     assert stages
     assert stages[0]["pass"] == 0
@@ -387,7 +387,7 @@ def test_sampled_stages_then_passes_reach_the_converged_subspace(mixture_rows):
     assert last["rows"] == n
     assert last["estimated_error"] <= est.tol
     assert est.n_iter_ == len(est.convergence_) - len(stages)
-    ref = DSGDKernelPCA(**params, tol=1e-13, max_iter=30).fit(X)
+    ref = KernelPCA(**params, tol=1e-13, max_iter=30).fit(X)
     assert ref.convergence_[-1]["estimated_error"] <= 1e-13
     Xs = X[:5000]
     assert principal_angle_sin2(est.transform(Xs), ref.transform(Xs)) <= last["estimated_error"]
@@ -401,9 +401,9 @@ def test_sampled_stages_on_a_zarr_store_are_the_same_on_any_scheduler(mixture_ro
     zarr.create_array(store=tmp_path / "x.zarr", data=X, chunks=(8192, 6))
     params = dict(n_components=3, n_features=512, block_size=256, random_state=2)
     with dask.config.set(scheduler="threads"):
-        a = DSGDKernelPCA(**params).fit(da.from_zarr(str(tmp_path / "x.zarr")))
+        a = KernelPCA(**params).fit(da.from_zarr(str(tmp_path / "x.zarr")))
     with dask.config.set(scheduler="sync"):
-        b = DSGDKernelPCA(**params).fit(da.from_zarr(str(tmp_path / "x.zarr")))
+        b = KernelPCA(**params).fit(da.from_zarr(str(tmp_path / "x.zarr")))
     rows = [e["rows"] for e in a.convergence_]
     assert rows == [e["rows"] for e in b.convergence_]
     assert 40_000 <= rows[0] < 40_000 + 8192
@@ -418,7 +418,7 @@ def test_resume_after_a_stage_or_a_pass(mixture_rows, tmp_path, monkeypatch, int
     # (call 3): the resumed fit takes only the calls left and ends on the same model.
     params = dict(n_components=3, n_features=512, block_size=256, tol=0.0, max_iter=2, random_state=4)
     ckpt = str(tmp_path / "ckpt.zarr")
-    reference = DSGDKernelPCA(**params).fit(mixture_rows)
+    reference = KernelPCA(**params).fit(mixture_rows)
     assert len(reference.convergence_) == 3
     assert reference.convergence_[0]["rows"] < mixture_rows.shape[0]
     from dsgd_dask.estimators import kpca as kpca_module
@@ -434,10 +434,10 @@ def test_resume_after_a_stage_or_a_pass(mixture_rows, tmp_path, monkeypatch, int
 
     monkeypatch.setattr(kpca_module, "full_pass", counting)
     with pytest.raises(KeyboardInterrupt):
-        DSGDKernelPCA(**params, checkpoint=ckpt).fit(mixture_rows)
+        KernelPCA(**params, checkpoint=ckpt).fit(mixture_rows)
     assert zarr.open_group(ckpt, mode="r").attrs["step"] == interrupt_at - 1
     calls.update(n=0, stop=None)
-    resumed = DSGDKernelPCA(**params, checkpoint=ckpt).fit(mixture_rows)
+    resumed = KernelPCA(**params, checkpoint=ckpt).fit(mixture_rows)
     assert calls["n"] == 3 - (interrupt_at - 1)
     assert resumed.n_iter_ == reference.n_iter_ == 2
     assert np.array_equal(resumed.model_.coef, reference.model_.coef)
@@ -463,10 +463,10 @@ def test_checkpoint_without_stage_state_is_refused(mixture_rows, tmp_path, monke
 
     monkeypatch.setattr(kpca_module, "full_pass", interrupting)
     with pytest.raises(KeyboardInterrupt):
-        DSGDKernelPCA(**params, checkpoint=str(ckpt)).fit(mixture_rows)
+        KernelPCA(**params, checkpoint=str(ckpt)).fit(mixture_rows)
     monkeypatch.setattr(kpca_module, "full_pass", real)
     attrs, arrays = read_store(ckpt, "checkpoint")
     del arrays["stage"]
     write_store(ckpt, "checkpoint", attrs, arrays, overwrite=True)
     with pytest.raises(ValueError, match="earlier version"):
-        DSGDKernelPCA(**params, checkpoint=str(ckpt)).fit(mixture_rows)
+        KernelPCA(**params, checkpoint=str(ckpt)).fit(mixture_rows)

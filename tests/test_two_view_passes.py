@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from conftest import halves_stores, mnist_halves
 
-from dsgd_dask import DSGDKernelCCA
+from dsgd_dask import KernelCCA
 from dsgd_dask.engine.passes import cross_pass
 from dsgd_dask.engine.ridge import LandmarkPreconditioner
 from dsgd_dask.metrics import principal_angle_sin2
@@ -34,7 +34,7 @@ def halves():
 @pytest.mark.parametrize("lazy", [False, True])
 def test_cross_pass_is_the_dense_covariance_products(kind, lazy):
     X, Y = _curve(700)
-    est = DSGDKernelCCA(2, n_features=256, block_size=64, max_iter=2, features=kind, solver="steps",
+    est = KernelCCA(2, n_features=256, block_size=64, max_iter=2, features=kind, solver="steps",
                         compute_dtype="float64", random_state=0).fit(X, Y)
     fx, fy = est._features
     J = 4
@@ -57,7 +57,7 @@ def test_cross_pass_is_the_dense_covariance_products(kind, lazy):
 
 def test_landmark_gram_is_the_rkhs_gram_of_the_features():
     X, Y = _curve(700)
-    est = DSGDKernelCCA(2, n_features=256, block_size=64, max_iter=2, solver="steps", compute_dtype="float64",
+    est = KernelCCA(2, n_features=256, block_size=64, max_iter=2, solver="steps", compute_dtype="float64",
                         random_state=0).fit(X, Y)
     f = est._features[0]
     pre = LandmarkPreconditioner(f, 4, 1e-3, rkhs=True, ridge=1e-9)
@@ -96,7 +96,7 @@ def _dense_solution(est, X, Y):
 def test_passes_converge_to_the_dense_solve_of_the_same_problem(halves):
     """Several blocks of landmarks, fewer than the rows: the passes solve the problem without forming it."""
     A, B = halves
-    est = DSGDKernelCCA(5, n_features=512, block_size=128, reg=1e-4, tol=1e-6, random_state=0).fit(A, B)
+    est = KernelCCA(5, n_features=512, block_size=128, reg=1e-4, tol=1e-6, random_state=0).fit(A, B)
     rho, Wa, Wb = _dense_solution(est, A, B)
     # measured 2e-7; the pass products are float32 sums accumulated in float64
     assert np.abs(est.correlations_ - rho).max() < 1e-4
@@ -114,7 +114,7 @@ def test_passes_match_the_exact_kernel_cca_with_every_row_a_landmark():
     from dsgd_dask.baselines.exact_two_view import ExactKernelCCA
 
     X, Y = _curve(1024)
-    est = DSGDKernelCCA(3, n_features=1024, block_size=256, reg=1e-3, random_state=0).fit(X, Y)
+    est = KernelCCA(3, n_features=1024, block_size=256, reg=1e-3, random_state=0).fit(X, Y)
     exact = ExactKernelCCA(3, bandwidth_x=est.bandwidth_[0], bandwidth_y=est.bandwidth_[1], reg=1e-3).fit(X, Y)
     # the same problem but for the precision ridge (1e-10 here) and the float32 features
     assert np.abs(est.correlations_ - exact.correlations_).max() < 1e-3
@@ -135,7 +135,7 @@ PASSES = dict(n_features=512, block_size=128, reg=1e-4, max_iter=6, random_state
 @pytest.fixture(scope="module")
 def reference(stores):
     with dask.config.set(scheduler="sync"):
-        return DSGDKernelCCA(3, **PASSES).fit(*stores)
+        return KernelCCA(3, **PASSES).fit(*stores)
 
 
 def _same(a, b):
@@ -147,7 +147,7 @@ def _same(a, b):
 
 def test_passes_same_model_with_threads(stores, reference):
     with dask.config.set(scheduler="threads"):
-        _same(DSGDKernelCCA(3, **PASSES).fit(*stores), reference)
+        _same(KernelCCA(3, **PASSES).fit(*stores), reference)
 
 
 @pytest.mark.parametrize("n_workers", [1, 2])
@@ -156,7 +156,7 @@ def test_passes_same_model_on_local_cluster(stores, reference, n_workers):
 
     with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             Client(cluster):
-        _same(DSGDKernelCCA(3, **PASSES).fit(*stores), reference)
+        _same(KernelCCA(3, **PASSES).fit(*stores), reference)
 
 
 def test_passes_resume_from_a_checkpoint(stores, reference, tmp_path):
@@ -175,8 +175,8 @@ def test_passes_resume_from_a_checkpoint(stores, reference, tmp_path):
 
     with dask.config.set(scheduler="sync"):
         with pytest.raises(Stop):
-            DSGDKernelCCA(3, **PASSES, checkpoint=ckpt).fit(*stores, callback=stop_at)
-        resumed = DSGDKernelCCA(3, **PASSES, checkpoint=ckpt).fit(*stores, callback=stop_at)
+            KernelCCA(3, **PASSES, checkpoint=ckpt).fit(*stores, callback=stop_at)
+        resumed = KernelCCA(3, **PASSES, checkpoint=ckpt).fit(*stores, callback=stop_at)
     assert seen[:4] == [1, 2, 3, 4]  # the resumed fit starts after the third pass
     _same(resumed, reference)
 
@@ -196,10 +196,10 @@ def test_passes_transform_is_lazy(stores, reference):
 def test_passes_bad_parameters_fail_before_work():
     X, Y = _curve(300)
     with pytest.raises(ValueError, match="solver='passes' needs features='nystroem'"):
-        DSGDKernelCCA(2, solver="passes", features="fourier").fit(X, Y)
+        KernelCCA(2, solver="passes", features="fourier").fit(X, Y)
     with pytest.raises(ValueError, match="solver"):
-        DSGDKernelCCA(2, solver="newton").fit(X, Y)
+        KernelCCA(2, solver="newton").fit(X, Y)
     with pytest.raises(ValueError, match="tol"):
-        DSGDKernelCCA(2, tol=-1.0).fit(X, Y)
+        KernelCCA(2, tol=-1.0).fit(X, Y)
     with pytest.raises(ValueError, match="max_iter"):
-        DSGDKernelCCA(2, max_iter=0).fit(X, Y)
+        KernelCCA(2, max_iter=0).fit(X, Y)

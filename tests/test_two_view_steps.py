@@ -9,7 +9,7 @@ import pytest
 import xarray as xr
 from conftest import halves_stores, mnist_halves
 
-from dsgd_dask import DSGDKernelCCA, DSGDKernelSIR, DSGDKernelSVD, load
+from dsgd_dask import KernelCCA, KernelSIR, KernelSVD, load
 from dsgd_dask.baselines.exact_two_view import ExactKernelCCA, ExactKernelSIR, ExactKernelSVD
 from dsgd_dask.datasets import load_sarcos
 from dsgd_dask.metrics import principal_angle_sin2
@@ -44,7 +44,7 @@ def _raising_scheduler(*args, **kwargs):
 def test_kcca_matches_exact_kernel_cca(halves, solver):
     A, B = halves
     k = 5
-    est = DSGDKernelCCA(k, solver=solver, random_state=0).fit(A, B)
+    est = KernelCCA(k, solver=solver, random_state=0).fit(A, B)
     exact = ExactKernelCCA(k, bandwidth_x=est.bandwidth_[0], bandwidth_y=est.bandwidth_[1], reg=est.reg).fit(A, B)
     assert np.abs(est.correlations_ - exact.correlations_).max() < 0.02
     U, V = est.transform(A, B)
@@ -58,7 +58,7 @@ def test_kcca_matches_exact_kernel_cca(halves, solver):
 def test_ksvd_matches_exact_kernel_svd(halves):
     A, B = halves
     k = 4
-    est = DSGDKernelSVD(k, random_state=0).fit(A, B)
+    est = KernelSVD(k, random_state=0).fit(A, B)
     exact = ExactKernelSVD(k, bandwidth_x=est.bandwidth_[0], bandwidth_y=est.bandwidth_[1]).fit(A, B)
     np.testing.assert_allclose(est.singular_values_, exact.singular_values_, rtol=0.02)
     U, V = est.transform(A, B)
@@ -70,7 +70,7 @@ def test_ksvd_matches_exact_kernel_svd(halves):
 def test_ksir_matches_exact_kernel_sir(sarcos):
     X, y = sarcos
     k = 4
-    est = DSGDKernelSIR(k, random_state=0).fit(X, y[:, 0])
+    est = KernelSIR(k, random_state=0).fit(X, y[:, 0])
     exact = ExactKernelSIR(k, bandwidth=est.bandwidth_, reg=est.reg, n_slices=est.n_slices).fit(X, y[:, 0])
     assert est.slicer_.kind == exact.slicer_.kind == "quantiles"
     np.testing.assert_allclose(est.eigenvalues_, exact.eigenvalues_, atol=0.02)
@@ -79,7 +79,7 @@ def test_ksir_matches_exact_kernel_sir(sarcos):
 
 def test_ksir_on_a_multi_output_response(sarcos):
     X, y = sarcos
-    est = DSGDKernelSIR(3, n_slices=8, n_features=512, max_iter=200, random_state=0).fit(X, y[:, :3])
+    est = KernelSIR(3, n_slices=8, n_features=512, max_iter=200, random_state=0).fit(X, y[:, :3])
     assert est.slicer_.kind == "kmeans"
     exact = ExactKernelSIR(3, bandwidth=est.bandwidth_, reg=est.reg, n_slices=8, random_state=0)
     exact.fit(X, y[:, :3])
@@ -93,9 +93,9 @@ SMALL = dict(n_features=256, block_size=64, batch_size=64, max_iter=40, random_s
 
 
 @pytest.mark.parametrize("make", [
-    lambda: DSGDKernelCCA(3, **SMALL, features="fourier"),
-    lambda: DSGDKernelSVD(3, **SMALL, features="fourier"),
-    lambda: DSGDKernelSIR(3, **SMALL, features="fourier"),
+    lambda: KernelCCA(3, **SMALL, features="fourier"),
+    lambda: KernelSVD(3, **SMALL, features="fourier"),
+    lambda: KernelSIR(3, **SMALL, features="fourier"),
 ])
 def test_partial_sums_equal_the_step_on_the_union(halves, sarcos, make):
     """Each rule's sums over parts of a batch reduce to the step on the whole batch (to round-off)."""
@@ -104,7 +104,7 @@ def test_partial_sums_equal_the_step_on_the_union(halves, sarcos, make):
     from dsgd_dask.streams.inputs import paired_views, stacked_view
 
     est = make()
-    X, Y = (sarcos[0], sarcos[1][:, 0]) if isinstance(est, DSGDKernelSIR) else halves
+    X, Y = (sarcos[0], sarcos[1][:, 0]) if isinstance(est, KernelSIR) else halves
     est.fit(X, Y)
     slab = stacked_view(*paired_views(X, Y, allow_1d_y=True)).data[:96]
     features, coef, rule = est._feature_sets(), est.state_.coef, est._rule
@@ -131,12 +131,12 @@ CLUSTER = dict(n_features=256, block_size=128, batch_size=64, max_iter=60, rando
 @pytest.fixture(scope="module")
 def kcca_reference(stores):
     with dask.config.set(scheduler="sync"):
-        return DSGDKernelCCA(3, **CLUSTER).fit(*stores)
+        return KernelCCA(3, **CLUSTER).fit(*stores)
 
 
 def test_kcca_same_model_with_threads_and_numpy(stores, kcca_reference):
     with dask.config.set(scheduler="threads"):
-        threads = DSGDKernelCCA(3, **CLUSTER).fit(*stores)
+        threads = KernelCCA(3, **CLUSTER).fit(*stores)
     for a, b in zip(threads.models_, kcca_reference.models_, strict=True):
         np.testing.assert_array_equal(a.coef, b.coef)
     np.testing.assert_array_equal(threads.correlations_, kcca_reference.correlations_)
@@ -148,7 +148,7 @@ def test_kcca_same_model_on_local_cluster(stores, kcca_reference, n_workers):
 
     with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             Client(cluster):
-        model = DSGDKernelCCA(3, **CLUSTER).fit(*stores)
+        model = KernelCCA(3, **CLUSTER).fit(*stores)
     for a, b in zip(model.models_, kcca_reference.models_, strict=True):
         np.testing.assert_array_equal(a.coef, b.coef)
         np.testing.assert_array_equal(a.offset, b.offset)
@@ -175,10 +175,10 @@ def test_state_reaches_the_client_only_when_needed(stores, tmp_path, monkeypatch
     params = {**CLUSTER, "max_iter": 100}
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             Client(cluster):
-        plain = DSGDKernelCCA(3, **params).fit(*stores)
+        plain = KernelCCA(3, **params).fit(*stores)
         n_tasks = len(fetched)
         fetched.clear()
-        ckpt = DSGDKernelCCA(3, **params, checkpoint=str(tmp_path / "ckpt.zarr"), checkpoint_every=50).fit(*stores)
+        ckpt = KernelCCA(3, **params, checkpoint=str(tmp_path / "ckpt.zarr"), checkpoint_every=50).fit(*stores)
     assert n_tasks == 1  # the end only: 100 steps in 50 chunk tasks of two steps ran on the workers
     assert fetched[-1] == 100
     assert 2 <= len(fetched) <= 4  # checkpoints after >= 50 steps each, and the end
@@ -209,7 +209,7 @@ def test_killed_worker_leaves_the_kcca_fit_unchanged(stores, kcca_reference):
 
         watcher = threading.Thread(target=kill_when_running, daemon=True)
         watcher.start()
-        model = DSGDKernelCCA(3, **CLUSTER).fit(*stores)
+        model = KernelCCA(3, **CLUSTER).fit(*stores)
         started.set()
         watcher.join(timeout=10)
     for a, b in zip(model.models_, kcca_reference.models_, strict=True):
@@ -229,8 +229,8 @@ def test_kcca_resumes_from_a_checkpoint(stores, kcca_reference, tmp_path):
 
     with dask.config.set(scheduler="sync"):
         with pytest.raises(Stop):
-            DSGDKernelCCA(3, **CLUSTER, checkpoint=ckpt, checkpoint_every=10).fit(*stores, callback=stop_at)
-        resumed = DSGDKernelCCA(3, **CLUSTER, checkpoint=ckpt, checkpoint_every=10).fit(*stores)
+            KernelCCA(3, **CLUSTER, checkpoint=ckpt, checkpoint_every=10).fit(*stores, callback=stop_at)
+        resumed = KernelCCA(3, **CLUSTER, checkpoint=ckpt, checkpoint_every=10).fit(*stores)
     for a, b in zip(resumed.models_, kcca_reference.models_, strict=True):
         np.testing.assert_array_equal(a.coef, b.coef)
 
@@ -238,9 +238,9 @@ def test_kcca_resumes_from_a_checkpoint(stores, kcca_reference, tmp_path):
 def test_saved_models_load_and_transform_identically(halves, sarcos, tmp_path):
     A, B = halves
     X, y = sarcos
-    cca = DSGDKernelCCA(2, **SMALL).fit(A, B)
-    svd = DSGDKernelSVD(2, **SMALL, features="fourier").fit(A, B)
-    sir = DSGDKernelSIR(2, **SMALL).fit(X, y[:, :2])
+    cca = KernelCCA(2, **SMALL).fit(A, B)
+    svd = KernelSVD(2, **SMALL, features="fourier").fit(A, B)
+    sir = KernelSIR(2, **SMALL).fit(X, y[:, :2])
     for i, est in enumerate((cca, svd)):
         back = load(est.save(tmp_path / f"m{i}.zarr"))
         assert type(back) is type(est)
@@ -257,7 +257,7 @@ def test_saved_models_load_and_transform_identically(halves, sarcos, tmp_path):
 
 def test_two_views_use_different_feature_seeds(halves):
     A, _ = halves
-    est = DSGDKernelSVD(2, **SMALL, features="fourier").fit(A, A)
+    est = KernelSVD(2, **SMALL, features="fourier").fit(A, A)
     fx, fy = est._feature_sets()
     assert fx.seed != fy.seed
     assert not np.allclose(fx.transform(A[:5], 0, 1), fy.transform(A[:5], 0, 1))
@@ -285,11 +285,11 @@ def test_fit_on_xarray_views_sharing_the_sample_dim(halves):
     A, B = halves
     xa = xr.DataArray(da.from_array(A, chunks=(200, -1)), dims=("digit", "left"))
     xb = xr.DataArray(B, dims=("digit", "right"))
-    est = DSGDKernelCCA(2, **SMALL).fit(xa, xb)
-    ref = DSGDKernelCCA(2, **SMALL).fit(da.from_array(A, chunks=(200, -1)), B)
+    est = KernelCCA(2, **SMALL).fit(xa, xb)
+    ref = KernelCCA(2, **SMALL).fit(da.from_array(A, chunks=(200, -1)), B)
     np.testing.assert_array_equal(est.models_[0].coef, ref.models_[0].coef)
     with pytest.raises(ValueError, match="different sample dimensions"):
-        DSGDKernelCCA(2, **SMALL).fit(xa, xr.DataArray(B, dims=("other", "right")))
+        KernelCCA(2, **SMALL).fit(xa, xr.DataArray(B, dims=("other", "right")))
 
 
 # -- bad input: clear errors before any work --------------------------------------------------
@@ -301,33 +301,33 @@ def test_bad_two_view_input_fails_before_work(halves, sarcos, tmp_path):
     lazy_a = da.from_array(A, chunks=(100, -1))
     with dask.config.set(scheduler=_raising_scheduler):
         with pytest.raises(ValueError, match="X has 600 rows, Y has 599"):
-            DSGDKernelCCA(2).fit(lazy_a, da.from_array(B[:-1], chunks=(100, -1)))
+            KernelCCA(2).fit(lazy_a, da.from_array(B[:-1], chunks=(100, -1)))
         with pytest.raises(ValueError, match="2-D"):
-            DSGDKernelCCA(2).fit(lazy_a[:, 0], B)
+            KernelCCA(2).fit(lazy_a[:, 0], B)
     with pytest.raises(ValueError, match="X has 600 rows, y has 500"):
-        DSGDKernelSIR(2).fit(X, y[:500, 0])
+        KernelSIR(2).fit(X, y[:500, 0])
     bad = y[:, 0].copy()
     bad[17] = np.nan
     with pytest.raises(ValueError, match="NaN or infinity in y"):
-        DSGDKernelSIR(2).fit(X, bad)
+        KernelSIR(2).fit(X, bad)
     B_bad = B.copy()
     B_bad[3, 3] = np.inf
     with pytest.raises(ValueError, match="NaN or infinity in Y"):
-        DSGDKernelCCA(2).fit(A, B_bad)
+        KernelCCA(2).fit(A, B_bad)
     with pytest.raises(ValueError, match="n_slices=10 must be <= n_samples=5"):
-        DSGDKernelSIR(2).fit(X[:5], y[:5, 0])
+        KernelSIR(2).fit(X[:5], y[:5, 0])
     with pytest.raises(ValueError, match="n_components=5 must be <= n_slices - 1 = 4"):
-        DSGDKernelSIR(5, n_slices=5).fit(X, y[:, 0])
+        KernelSIR(5, n_slices=5).fit(X, y[:, 0])
     with pytest.raises(ValueError, match="y gives only 3 slices"):
-        DSGDKernelSIR(3, n_slices=6).fit(X, np.arange(600) % 3)
+        KernelSIR(3, n_slices=6).fit(X, np.arange(600) % 3)
     with pytest.raises(TypeError, match="numeric"):
-        DSGDKernelSIR(2).fit(X, np.array(["a", "b"] * 300))
+        KernelSIR(2).fit(X, np.array(["a", "b"] * 300))
     with pytest.raises(ValueError, match="reg must be a finite number > 0"):
-        DSGDKernelCCA(2, reg=0).fit(A, B)
+        KernelCCA(2, reg=0).fit(A, B)
     with pytest.raises(ValueError, match="n_components=300 must be <= block_size"):
-        DSGDKernelCCA(300, n_features=256, block_size=256).fit(A, B)
-    fitted = DSGDKernelCCA(2, **SMALL).fit(A, B)
-    with pytest.raises(ValueError, match="Y has 10 features, but DSGDKernelCCA is expecting 392"):
+        KernelCCA(300, n_features=256, block_size=256).fit(A, B)
+    fitted = KernelCCA(2, **SMALL).fit(A, B)
+    with pytest.raises(ValueError, match="Y has 10 features, but KernelCCA is expecting 392"):
         fitted.transform(A, B[:, :10])
     with pytest.raises(ValueError, match="X has 10 features"):
         fitted.transform(A[:, :10])

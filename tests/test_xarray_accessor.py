@@ -10,7 +10,7 @@ import pytest
 import xarray as xr
 
 import dsgd_dask
-from dsgd_dask import DSGDKernelCCA, DSGDKernelLogisticRegression, DSGDKernelPCA, DSGDKernelSVC
+from dsgd_dask import KernelCCA, KernelLogisticRegression, KernelPCA, KernelSVC
 from dsgd_dask.datasets import load_usps
 
 N = 1200
@@ -43,7 +43,7 @@ def store(usps, tmp_path_factory):
 @pytest.fixture(scope="module")
 def pca(store):
     ds = xr.open_zarr(str(store), consolidated=False).chunk({"time": 600})
-    return ds.dsgd.fit(DSGDKernelPCA(**PCA), "X")
+    return ds.dsgd.fit(KernelPCA(**PCA), "X")
 
 
 def test_zarr_to_zarr_lazily(store, usps, pca, tmp_path):
@@ -75,14 +75,14 @@ def test_zarr_to_zarr_lazily(store, usps, pca, tmp_path):
 
 
 def test_fit_through_the_accessor_equals_fit_on_the_dask_array(usps, pca):
-    ref = DSGDKernelPCA(**PCA).fit(da.from_array(usps["X"].values, chunks=(600, -1)))
+    ref = KernelPCA(**PCA).fit(da.from_array(usps["X"].values, chunks=(600, -1)))
     np.testing.assert_array_equal(pca.model_.coef, ref.model_.coef)
     np.testing.assert_array_equal(pca.eigenvalues_, ref.eigenvalues_)
 
 
 def test_classifier_predict(usps):
     ds = usps.chunk({"time": 300})
-    clf = ds.dsgd.fit(DSGDKernelLogisticRegression(1e-4, **MACHINE), "X", y="y")
+    clf = ds.dsgd.fit(KernelLogisticRegression(1e-4, **MACHINE), "X", y="y")
     X = usps["X"].values
     with dask.config.set(scheduler=_refuse):
         pred = ds.dsgd.predict(clf, "X")
@@ -100,7 +100,7 @@ def test_classifier_predict(usps):
     assert (pred["prediction"].values == usps["y"].values).mean() > 0.5  # it learnt the digits (chance: 0.1)
     # string labels, a target given as a DataArray
     labels = xr.DataArray(np.array(list("abcdefghij"))[usps["y"].values], dims="time", coords={"time": usps["time"]})
-    svc = usps["X"].dsgd.fit(DSGDKernelSVC(1e-4, **MACHINE), labels)
+    svc = usps["X"].dsgd.fit(KernelSVC(1e-4, **MACHINE), labels)
     np.testing.assert_array_equal(usps["X"].dsgd.predict(svc).values, svc.predict(X))
     assert set(svc.classes_) == set("abcdefghij")
 
@@ -110,7 +110,7 @@ def test_two_view_cca(usps):
     ds = xr.Dataset({"top": (("time", "a"), X[:, :8].reshape(N, -1)),
                      "bottom": (("time", "b"), X[:, 8:].reshape(N, -1))},
                     coords={"time": usps["time"]}).chunk({"time": 600})
-    cca = ds.dsgd.fit(DSGDKernelCCA(2, reg=1e-3, **MACHINE), "top", Y="bottom")
+    cca = ds.dsgd.fit(KernelCCA(2, reg=1e-3, **MACHINE), "top", Y="bottom")
     with dask.config.set(scheduler=_refuse):
         out = ds.dsgd.transform(cca, "top", Y="bottom")
         U, V = ds["top"].dsgd.transform(cca, other=ds["bottom"], name=("u", "v"))
@@ -134,8 +134,8 @@ def small():
 
 
 def test_feature_sample_order_and_extra_dims(small):
-    model = small.dsgd.fit(DSGDKernelPCA(2, n_features=128, random_state=0), sample_dim="pixel")
-    ref = DSGDKernelPCA(2, n_features=128, random_state=0).fit(small.values.T)
+    model = small.dsgd.fit(KernelPCA(2, n_features=128, random_state=0), sample_dim="pixel")
+    ref = KernelPCA(2, n_features=128, random_state=0).fit(small.values.T)
     assert model.feature_dim_ == "band"
     Z = small.dsgd.transform(model)  # (band, pixel): the fitted feature dimension orients it
     assert Z.dims == ("pixel", "component")
@@ -155,41 +155,41 @@ def test_feature_sample_order_and_extra_dims(small):
 
 
 def test_dimension_errors(small):
-    model = small.dsgd.fit(DSGDKernelPCA(2, n_features=128, random_state=0), sample_dim="pixel")
+    model = small.dsgd.fit(KernelPCA(2, n_features=128, random_state=0), sample_dim="pixel")
     with pytest.raises(ValueError, match=r"sample_dim='time' is not a dimension.*\('band', 'pixel'\)"):
         small.dsgd.transform(model, sample_dim="time")
     with pytest.raises(ValueError, match="feature_dim='wavelength' is not a dimension"):
-        small.dsgd.fit(DSGDKernelPCA(2), feature_dim="wavelength")
+        small.dsgd.fit(KernelPCA(2), feature_dim="wavelength")
     with pytest.raises(ValueError, match="both 'band'"):
-        small.dsgd.fit(DSGDKernelPCA(2), sample_dim="band", feature_dim="band")
+        small.dsgd.fit(KernelPCA(2), sample_dim="band", feature_dim="band")
     cube = small.expand_dims(scene=3)
     with pytest.raises(ValueError, match=r"3 dimensions \('scene', 'band', 'pixel'\): pass sample_dim and feature_dim"):
-        cube.dsgd.fit(DSGDKernelPCA(2))
+        cube.dsgd.fit(KernelPCA(2))
     with pytest.raises(ValueError, match=r"pass sample_dim to say"):
         cube.dsgd.transform(model)  # the model gives the feature dimension, not the samples
     with pytest.raises(ValueError, match=r"\{'scene': 3\}.*select one position"):
         cube.dsgd.transform(model, sample_dim="pixel")
     with pytest.raises(ValueError, match=r"dimensions \('pixel',\): \(samples, features\) are needed"):
-        small.isel(band=0).dsgd.fit(DSGDKernelPCA(2))
+        small.isel(band=0).dsgd.fit(KernelPCA(2))
     # a target or second view must share the sample dimension and its coordinates
     y = xr.DataArray(np.arange(300.0), dims="t")
     with pytest.raises(ValueError, match=r"y has dimensions \('t',\), without the sample dimension 'pixel'"):
-        small.dsgd.fit(dsgd_dask.DSGDKernelRidge(), y, sample_dim="pixel")
+        small.dsgd.fit(dsgd_dask.KernelRidge(), y, sample_dim="pixel")
     shifted = xr.DataArray(np.arange(300.0), dims="pixel", coords={"pixel": np.arange(300) * 2 + 1})
     with pytest.raises(ValueError, match="different coordinates along 'pixel'"):
-        small.dsgd.fit(dsgd_dask.DSGDKernelRidge(), shifted, sample_dim="pixel")
+        small.dsgd.fit(dsgd_dask.KernelRidge(), shifted, sample_dim="pixel")
     ds = small.to_dataset(name="X")
     with pytest.raises(ValueError, match=r"X='Z' is not a variable of the Dataset; its variables are \['X'\]"):
-        ds.dsgd.fit(DSGDKernelPCA(2), "Z")
+        ds.dsgd.fit(KernelPCA(2), "Z")
     with pytest.raises(ValueError, match="not both"):
-        ds.dsgd.fit(DSGDKernelCCA(2), "X", y="X", Y="X")
-    with pytest.raises(TypeError, match="DSGDKernelPCA has no predict"):
+        ds.dsgd.fit(KernelCCA(2), "X", y="X", Y="X")
+    with pytest.raises(TypeError, match="KernelPCA has no predict"):
         ds.dsgd.predict(model, "X")
 
 
 def test_dataset_transform_of_a_feature_first_variable(small):
     ds = small.to_dataset(name="X")
-    model = ds.dsgd.fit(DSGDKernelPCA(2, n_features=128, random_state=0), "X", sample_dim="pixel")
+    model = ds.dsgd.fit(KernelPCA(2, n_features=128, random_state=0), "X", sample_dim="pixel")
     out = ds.dsgd.transform(model, "X")
     assert list(out.data_vars) == ["components"]
     assert out["components"].dims == ("pixel", "component")

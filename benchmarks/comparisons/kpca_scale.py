@@ -8,7 +8,7 @@ MNIST test digits and a reference's, against fit wall time.
 **Reference.** A converged solve on ``reference_features`` Nyström landmarks drawn from
 the rows (of a uniform subsample of ``reference_rows`` of them on the 8.1M rows, where a
 full-data reference alone would take hours), whitened together
-(``DSGDKernelPCA(n_features=R, tol=1e-9, compute_dtype=reference_dtype)``, one block or
+(``KernelPCA(n_features=R, tol=1e-9, compute_dtype=reference_dtype)``, one block or
 blocks of 4096 whitened jointly: the problem ``NystroemPCA(R)`` solves exactly), for two
 independent landmark draws; their agreement bounds how small a reported ``sin^2`` means
 anything. Configurations predicted (from their flop count and the machine's GEMM rate,
@@ -43,7 +43,7 @@ QUICK = {"rows": (4096, 8192), "k": 5, "nystroem": (128, 256), "rff": (256,), "d
 
 def configurations(cfg: dict, n: int, k: int, rate: float):
     """``(method, label, factory, predicted seconds, m x m matrix GiB)`` of one case."""
-    from dsgd_dask import DSGDKernelPCA, NystroemPCA, RandomFeaturePCA
+    from dsgd_dask import KernelPCA, NystroemPCA, RandomFeaturePCA
     from dsgd_dask.estimators.kpca import JOINT_MAX_FEATURES, NYSTROEM_MAX_BLOCK
 
     f64 = rate / 2.5
@@ -56,11 +56,11 @@ def configurations(cfg: dict, n: int, k: int, rate: float):
                     2 * n * m * (D + m) / rate, 8 * m * m / 2**30))
     for M in cfg["dsgd"]:
         budget = default_budget(k) if M == "auto" else M
-        make = (lambda: DSGDKernelPCA(k, random_state=SEED)) if M == "auto" else \
-            (lambda M=M: DSGDKernelPCA(k, n_features=M, random_state=SEED))
+        make = (lambda: KernelPCA(k, random_state=SEED)) if M == "auto" else \
+            (lambda M=M: KernelPCA(k, n_features=M, random_state=SEED))
         # the joint whitening's factor (M x M float64), or one block's whitening
         matrix = budget if NYSTROEM_MAX_BLOCK < budget <= JOINT_MAX_FEATURES else min(budget, NYSTROEM_MAX_BLOCK)
-        out.append(("DSGDKernelPCA", "defaults" if M == "auto" else f"M={M}", make,
+        out.append(("KernelPCA", "defaults" if M == "auto" else f"M={M}", make,
                     pass_flops(n, budget, k, d=D) / rate, 8 * matrix**2 / 2**30))
     return out
 
@@ -72,7 +72,7 @@ def reference(cfg: dict, X, Xt, k: int, ctx, store) -> tuple[np.ndarray, dict]:
     landmarks and seeds, and the test rows) and reused by later runs: it costs more than
     any configuration it judges.
     """
-    from dsgd_dask import DSGDKernelPCA
+    from dsgd_dask import KernelPCA
     from dsgd_dask.estimators.kpca import NYSTROEM_MAX_BLOCK
     from dsgd_dask.metrics import principal_angle_sin2
 
@@ -94,7 +94,7 @@ def reference(cfg: dict, X, Xt, k: int, ctx, store) -> tuple[np.ndarray, dict]:
         t0 = time.perf_counter()
         # one block up to NYSTROEM_MAX_BLOCK landmarks, such blocks whitened jointly beyond
         block = min(R, NYSTROEM_MAX_BLOCK)
-        est = DSGDKernelPCA(k, n_features=R, block_size=block, whitening="auto" if block == R else "joint",
+        est = KernelPCA(k, n_features=R, block_size=block, whitening="auto" if block == R else "joint",
                             n_oversamples=max(90, 2 * k), tol=1e-9, max_iter=40, compute_dtype=dtype,
                             random_state=s).fit(X)
         info["seconds"].append(time.perf_counter() - t0)
@@ -126,7 +126,7 @@ def measure(ctx) -> Report:
         case = {"n": n, "reference": ref_info, "runs": []}
         for method, label, make, predicted, matrix_gib in configurations(cfg, n, k, rate):
             row = {"n": n, "method": method, "label": label, "predicted_seconds": predicted}
-            if matrix_gib > cfg["max_matrix_gib"] and method != "DSGDKernelPCA":
+            if matrix_gib > cfg["max_matrix_gib"] and method != "KernelPCA":
                 row["skipped"] = f"m x m matrix {matrix_gib:.1f} GiB > {cfg['max_matrix_gib']:g} GiB"
             elif predicted > cfg["max_seconds"]:
                 row["skipped"] = f"predicted {predicted:.0f} s > {cfg['max_seconds']:.0f} s"
@@ -168,7 +168,7 @@ def measure(ctx) -> Report:
 
         fig, axes = plt.subplots(1, len(cases), figsize=(6.5 * len(cases), 4.8), squeeze=False)
         for ax, case in zip(axes[0], cases, strict=True):
-            for i, method in enumerate(("DSGDKernelPCA", "NystroemPCA", "RandomFeaturePCA")):
+            for i, method in enumerate(("KernelPCA", "NystroemPCA", "RandomFeaturePCA")):
                 rs = sorted((r for r in case["runs"] if r["method"] == method), key=lambda r: r["seconds"])
                 if rs:
                     ax.plot([r["seconds"] for r in rs], [max(r["sin2"], 1e-8) for r in rs], marker="o^s"[i],
@@ -198,7 +198,7 @@ def measure(ctx) -> Report:
 register(Comparison(
     name="kpca-scale", title="Kernel PCA of 1M and 8.1M deformed digits, k = 50",
     data="first 1,048,576 rows and all 8.1M rows of the MNIST8M-like store; MNIST test digits for the quality",
-    methods=("DSGDKernelPCA", "NystroemPCA", "RandomFeaturePCA"),
+    methods=("KernelPCA", "NystroemPCA", "RandomFeaturePCA"),
     budgets="m = 512-16384; configurations predicted to take over max_seconds (30 minutes unless set) "
             "are not run; m x m matrices up to 8 GiB",
     measure=measure))

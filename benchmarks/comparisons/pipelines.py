@@ -104,7 +104,7 @@ def measure_mnist_halves(ctx) -> Report:
                      "peak_rss_mib": r["peak_rss_mib"], "note": failed or "", "skipped": bool(failed)})
     done = [r for r in rows if not r["skipped"]]
     best = max(done, key=lambda r: r["test_correlation_sum"])
-    dsgd = [r for r in done if r["method"] == "DSGDKernelCCA"]
+    dsgd = [r for r in done if r["method"] == "KernelCCA"]
     rca = [r for r in done if r["method"] in ("NystroemCCA", "RandomFeatureCCA")]
     valid = ", ".join(f"{v['reg']:g}: {v['valid_correlation_sum']:.2f}" for v in summary["validation"]
                       if v.get("valid_correlation_sum") is not None)
@@ -114,7 +114,7 @@ def measure_mnist_halves(ctx) -> Report:
         d = max(dsgd, key=lambda r: r["test_correlation_sum"])
         p = max(rca, key=lambda r: r["test_correlation_sum"])
         ahead = _verdict(d["test_correlation_sum"], p["test_correlation_sum"], True, p["method"])
-        notes.append(f"Best DSGDKernelCCA ({d['features']:,} features, {d['epochs']} epochs) "
+        notes.append(f"Best KernelCCA ({d['features']:,} features, {d['epochs']} epochs) "
                      f"{d['test_correlation_sum']:.2f} in {_s(d['fit_seconds'])} against {p['method']} "
                      f"({p['features']:,} features) {p['test_correlation_sum']:.2f} in {_s(p['fit_seconds'])}: "
                      f"{ahead}.")
@@ -147,7 +147,7 @@ register(Comparison(
     name="mnist-halves", title="Kernel CCA of the left and right halves of MNIST digits: DSGD against RCA",
     data="MNIST, left/right 392-pixel halves; 54,000 training digits in two Zarr stores, 6,000 for "
          "validation, 10,000 test digits",
-    methods=("DSGDKernelCCA", "NystroemCCA", "RandomFeatureCCA", "linear CCA"),
+    methods=("KernelCCA", "NystroemCCA", "RandomFeatureCCA", "linear CCA"),
     budgets="k = 50; RCA 1,024-8,192 features per view, DSGD 4,096-32,768 features for 3-5 epochs; "
             "one ridge chosen for NystroemCCA(1024) on the validation digits",
     measure=measure_mnist_halves))
@@ -168,8 +168,8 @@ def measure_mnist_machines(ctx) -> Report:
     rows = [{"method": r["method"], "rows": r["rows"], "features": r["features"] or None,
              "test_error": r["test_error"], "test_error_pct": 100 * r["test_error"], "fit_seconds": r["fit_seconds"],
              "note": r["note"]} for r in summary["results"]]
-    dsgd = min((r for r in rows if r["method"].startswith("DSGD")), key=lambda r: r["test_error"])
-    peer = min((r for r in rows if not r["method"].startswith("DSGD")), key=lambda r: r["test_error"])
+    dsgd = min((r for r in rows if r["method"].startswith("Kernel")), key=lambda r: r["test_error"])
+    peer = min((r for r in rows if not r["method"].startswith("Kernel")), key=lambda r: r["test_error"])
     ahead = _verdict(dsgd["test_error"], peer["test_error"], False)
     notes = [f"Best DSGD: {dsgd['method']}, {dsgd['test_error_pct']:.2f}% test error in {_s(dsgd['fit_seconds'])}; "
              f"best peer: {peer['method']} on {peer['rows']:,} rows, {peer['test_error_pct']:.2f}% in "
@@ -195,7 +195,7 @@ register(Comparison(
     name="mnist-machines", title="Kernel machines on MNIST, 10 classes: DSGD against Nyström, random features "
                                  "and exact SVC",
     data="MNIST, 60,000 training and 10,000 test digits, pixels / 255",
-    methods=("DSGDKernelRidge (cg, one-hot)", "DSGDKernelSVC (steps)", "Nystroem + RidgeClassifier/LinearSVC",
+    methods=("KernelRidge (cg, one-hot)", "KernelSVC (steps)", "Nystroem + RidgeClassifier/LinearSVC",
              "RBFSampler + RidgeClassifier/LinearSVC", "SVC (exact)"),
     budgets="DSGD 16,384 features, 20 passes / 2,000 steps; peers 1,024-16,384 features; exact SVC on "
             "20,000 digits",
@@ -218,16 +218,16 @@ def measure_a9a_machines(ctx) -> Report:
     majority = float(max((yt == 1).mean(), (yt == -1).mean()))
     rows = [{"method": r["method"], "test_accuracy": r["test_accuracy"], "fit_seconds": r["fit_seconds"]}
             for r in summary["results"]]
-    dsgd = max((r for r in rows if r["method"].startswith("DSGD")), key=lambda r: r["test_accuracy"])
-    peer = max((r for r in rows if not r["method"].startswith("DSGD")), key=lambda r: r["test_accuracy"])
+    dsgd = max((r for r in rows if r["method"].startswith("Kernel")), key=lambda r: r["test_accuracy"])
+    peer = max((r for r in rows if not r["method"].startswith("Kernel")), key=lambda r: r["test_accuracy"])
     ahead = _verdict(dsgd["test_accuracy"], peer["test_accuracy"], True)
     at_majority = [r["method"] for r in rows if r["test_accuracy"] <= majority + 0.005]
     notes = [f"Best DSGD: {dsgd['method']}, test accuracy {dsgd['test_accuracy']:.4f} in "
              f"{_s(dsgd['fit_seconds'])}; best peer: {peer['method']}, {peer['test_accuracy']:.4f} in "
              f"{_s(peer['fit_seconds'])}: {ahead}.",
              f"alpha = {summary['alpha']:g} (C = {summary['C']:.3g} for the scikit-learn peers), chosen for "
-             "DSGDKernelSVC on a seeded 10 % of the training rows; bandwidth "
-             f"{summary['bandwidth']:.3g} (DSGDKernelSVC's median) for every kernel method.",
+             "KernelSVC on a seeded 10 % of the training rows; bandwidth "
+             f"{summary['bandwidth']:.3g} (KernelSVC's median) for every kernel method.",
              f"Predicting the majority class scores {majority:.4f} on these test rows"
              + (f"; {', '.join(at_majority)} scored within half a point of that (no better than a "
                 "constant)." if at_majority else ".")]
@@ -237,7 +237,7 @@ def measure_a9a_machines(ctx) -> Report:
 
         fig, ax = plt.subplots(figsize=(7.5, 4.4))
         for r in rows:
-            ax.scatter(max(r["fit_seconds"], 1e-3), r["test_accuracy"], marker="^" if r["method"].startswith("DSGD")
+            ax.scatter(max(r["fit_seconds"], 1e-3), r["test_accuracy"], marker="^" if r["method"].startswith("Kernel")
                        else "o", label=r["method"])
         ax.axhline(majority, color="grey", ls=":", label="majority class")
         ax.set_xscale("log")
@@ -261,7 +261,7 @@ register(Comparison(
     name="a9a-machines", title="Kernel machines on a9a (Adult): DSGD classifiers against SVC, LinearSVC and "
                                "Nyström + LinearSVC",
     data="a9a, 32,561 training and 16,281 test rows, 123 binary features",
-    methods=("DSGDKernelSVC", "DSGDKernelLogisticRegression", "LinearSVC", "Nystroem + LinearSVC", "SVC (rbf, exact)"),
+    methods=("KernelSVC", "KernelLogisticRegression", "LinearSVC", "Nystroem + LinearSVC", "SVC (rbf, exact)"),
     budgets="DSGD defaults; Nystroem 1,024 and 4,096 features; alpha chosen on 10 % of the training rows",
     measure=measure_a9a_machines))
 
@@ -273,7 +273,7 @@ QM7_QUICK = {"sample": True, "n_folds": 1, "max_iter": 10, "augment": 2}
 
 
 def _qm7_label(method: str) -> str:
-    """The pipeline's ``DSGDKernelRidge, solver=cg`` as ``DSGDKernelRidge (solver=cg)`` (the method first).
+    """The pipeline's ``KernelRidge, solver=cg`` as ``KernelRidge (solver=cg)`` (the method first).
 
     >>> _qm7_label("KernelRidge (exact), 4 random sortings")
     'KernelRidge (exact, 4 random sortings)'
@@ -303,7 +303,7 @@ def measure_qm7_ridge(ctx) -> Report:
         for exact in (r for r in rs if r["method"].startswith("KernelRidge")):
             # the DSGD fits on the same rows: sorted matrices, or the same random sortings
             same = "sortings" in exact["method"]
-            dsgd = min((r for r in rs if r["method"].startswith("DSGD") and ("sortings" in r["method"]) == same),
+            dsgd = min((r for r in rs if r["method"].startswith("Kernel") and ("sortings" in r["method"]) == same),
                        key=lambda r: r["mae"], default=None)
             if dsgd is None:
                 continue
@@ -343,9 +343,9 @@ def measure_qm7_ridge(ctx) -> Report:
 
 
 register(Comparison(
-    name="qm7-ridge", title="QM7 atomization energies: DSGDKernelRidge against exact KernelRidge",
+    name="qm7-ridge", title="QM7 atomization energies: KernelRidge against exact KernelRidge",
     data="QM7, 7165 molecules, sorted Coulomb matrices (276 entries), seeded 5-fold split",
-    methods=("KernelRidge (exact)", "DSGDKernelRidge (cg)"),
+    methods=("KernelRidge (exact)", "KernelRidge (cg)"),
     budgets="2 folds; each method on the sorted matrices and on 4 random sortings of each training molecule; "
             "DSGD 30 passes, its default 4,096 Nyström features on the sorted matrices and 16,384 on the random "
             "sortings; Laplacian and Gaussian kernels",

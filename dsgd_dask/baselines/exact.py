@@ -77,7 +77,7 @@ class ExactKernelPCA(_DenseKernelEstimator):
 
     The reference solution for small data, with any kernel of the package (the exact
     kernel, not random features). Training sets above ``MAX_SAMPLES = 20000`` rows are
-    refused: use :class:`~dsgd_dask.DSGDKernelPCA`, :class:`RandomFeaturePCA` or
+    refused: use :class:`~dsgd_dask.KernelPCA`, :class:`RandomFeaturePCA` or
     :class:`NystroemPCA` for those. A lazy input is computed (it is small).
 
     Parameters
@@ -88,7 +88,7 @@ class ExactKernelPCA(_DenseKernelEstimator):
         Kernel family (``"rbf"`` is an alias of ``"gaussian"``).
     bandwidth : "median" or float, default="median"
         Length scale ``sigma``; ``"median"`` takes the median pairwise distance of the
-        seeded sample of 1000 rows used by :class:`~dsgd_dask.DSGDKernelPCA` (so the same
+        seeded sample of 1000 rows used by :class:`~dsgd_dask.KernelPCA` (so the same
         ``random_state`` gives the same bandwidth; L1 for laplacian, the median row norm
         for arccos).
     kernel_params : dict, optional

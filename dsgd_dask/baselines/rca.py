@@ -93,7 +93,7 @@ class RandomFeaturePCA(_FeatureSpacePCA):
     """Randomized kernel PCA (RPCA): linear PCA on a fixed set of random Fourier features.
 
     The ``n_features`` features are the first blocks of the same seeded random-feature
-    stream as :class:`~dsgd_dask.DSGDKernelPCA` (same ``random_state``, ``block_size``,
+    stream as :class:`~dsgd_dask.KernelPCA` (same ``random_state``, ``block_size``,
     ``compute_dtype`` and data: the same features). Their mean and ``M x M`` covariance are
     accumulated in one pass over the data, chunk by chunk for dask, Zarr and xarray inputs
     (a tree reduction; the data are never held in memory), and the top eigenvectors of
@@ -107,7 +107,7 @@ class RandomFeaturePCA(_FeatureSpacePCA):
         Kernel family (``"rbf"`` is an alias of ``"gaussian"``).
     bandwidth : "median" or float, default="median"
         Length scale ``sigma``; ``"median"`` takes the median pairwise distance of the
-        seeded sample of 1000 rows used by :class:`~dsgd_dask.DSGDKernelPCA` (L1 for
+        seeded sample of 1000 rows used by :class:`~dsgd_dask.KernelPCA` (L1 for
         laplacian; the median row norm for arccos).
     kernel_params : dict, optional
         ``{"nu": 0.5 | 1.5 | 2.5}`` for matern, ``{"order": 0 | 1 | 2}`` for arccos.
@@ -165,7 +165,7 @@ class RandomFeaturePCA(_FeatureSpacePCA):
     ``m`` features ``z_j(x) = sqrt(2/m) cos((x - c) W_j + b_j)``, so ``z(x).z(y)``
     estimates ``k(x, y)`` and the covariance of ``z`` estimates the covariance operator.
     The bandwidth and the centre ``c`` come from the seeded sample of up to 10,000 rows
-    that :class:`~dsgd_dask.DSGDKernelPCA` uses (drawn uniformly from all rows, so from
+    that :class:`~dsgd_dask.KernelPCA` uses (drawn uniformly from all rows, so from
     every chunk of a dask input); the moments are exact sums over every row. Products are taken after
     subtracting the mean features of that sample, so float32 features lose nothing to
     cancellation. Cost: ``2 n d M`` flops for the features and ``n M^2`` for the
@@ -234,7 +234,7 @@ class NystroemPCA(_FeatureSpacePCA):
         Kernel family (``"rbf"`` is an alias of ``"gaussian"``).
     bandwidth : "median" or float, default="median"
         Length scale ``sigma``; ``"median"`` takes the median pairwise distance of the
-        seeded sample of 1000 rows used by :class:`~dsgd_dask.DSGDKernelPCA` (L1 for
+        seeded sample of 1000 rows used by :class:`~dsgd_dask.KernelPCA` (L1 for
         laplacian; the median row norm for arccos).
     kernel_params : dict, optional
         ``{"nu": 0.5 | 1.5 | 2.5}`` for matern, ``{"order": 0 | 1 | 2}`` for arccos.

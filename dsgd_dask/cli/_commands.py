@@ -17,17 +17,17 @@ from dsgd_dask.model.store import local_path
 
 #: Method names and their estimator classes (all exported from ``dsgd_dask``).
 METHODS = {
-    "pca": "DSGDKernelPCA",
-    "cca": "DSGDKernelCCA",
-    "svd": "DSGDKernelSVD",
-    "sir": "DSGDKernelSIR",
-    "ridge": "DSGDKernelRidge",
-    "svc": "DSGDKernelSVC",
-    "logistic": "DSGDKernelLogisticRegression",
+    "pca": "KernelPCA",
+    "cca": "KernelCCA",
+    "svd": "KernelSVD",
+    "sir": "KernelSIR",
+    "ridge": "KernelRidge",
+    "svc": "KernelSVC",
+    "logistic": "KernelLogisticRegression",
 }
-TWO_VIEW = ("DSGDKernelCCA", "DSGDKernelSVD")
-SUPERVISED = ("DSGDKernelSIR", "DSGDKernelRidge", "DSGDKernelSVC", "DSGDKernelLogisticRegression")
-MACHINES = ("DSGDKernelRidge", "DSGDKernelSVC", "DSGDKernelLogisticRegression")
+TWO_VIEW = ("KernelCCA", "KernelSVD")
+SUPERVISED = ("KernelSIR", "KernelRidge", "KernelSVC", "KernelLogisticRegression")
+MACHINES = ("KernelRidge", "KernelSVC", "KernelLogisticRegression")
 
 
 class UsageError(Exception):
@@ -266,13 +266,13 @@ def evaluate(model, X, Y=None) -> dict:
     if kind in MACHINES:
         pred = _as_numpy(model.predict(X))
         y = _as_numpy(Y).reshape(pred.shape)
-        if kind == "DSGDKernelRidge":
+        if kind == "KernelRidge":
             from sklearn.metrics import r2_score
 
             return {"metric": "R² (coefficient of determination)", "score": float(r2_score(y, pred))}
         return {"metric": "accuracy", "score": float(np.mean(pred == y))}
     U = _as_numpy(model.transform(X))
-    if kind == "DSGDKernelSIR":
+    if kind == "KernelSIR":
         from dsgd_dask.rules.solutions import between_slice_factor, slice_sums
 
         labels = model.slicer_.assign(_as_numpy(Y))

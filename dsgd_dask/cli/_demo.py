@@ -32,7 +32,7 @@ def analytic_eigenvalues(scale: float, bandwidth: float, k: int) -> np.ndarray:
 
 
 def run_demo(out, seed: int = 0, verbose: bool = True) -> dict:
-    """Write 1-D Gaussian data to a Zarr store, fit ``DSGDKernelPCA`` (k = 3) on it, compare with the closed form.
+    """Write 1-D Gaussian data to a Zarr store, fit ``KernelPCA`` (k = 3) on it, compare with the closed form.
 
     Two fits of the uncentred kernel PCA with the Gaussian kernel of bandwidth 1 on
     ``x ~ N(0, 1)``: the default full-data passes (Nyström blocks), and the papers'
@@ -56,7 +56,7 @@ def run_demo(out, seed: int = 0, verbose: bool = True) -> dict:
     import dask
     import dask.array as da
 
-    from dsgd_dask import DSGDKernelPCA
+    from dsgd_dask import KernelPCA
     from dsgd_dask.model.store import atomic_directory
 
     out = Path(out)
@@ -75,7 +75,7 @@ def run_demo(out, seed: int = 0, verbose: bool = True) -> dict:
     summary = {"n_samples": N_SAMPLES, "data": str(data), "model": str(model_path),
                "eigenvalues_analytic": truth.tolist(), "fits": {}}
     for name, params in fits.items():
-        kpca = DSGDKernelPCA(N_COMPONENTS, bandwidth=1.0, center=False, random_state=seed, **params)
+        kpca = KernelPCA(N_COMPONENTS, bandwidth=1.0, center=False, random_state=seed, **params)
         t0 = time.perf_counter()
         with dask.config.set(scheduler="threads"):
             kpca.fit(X)

@@ -1,9 +1,9 @@
 """Layer 7 - scikit-learn style estimators wiring the layers together."""
 
-from dsgd_dask.estimators.kpca import DSGDKernelPCA
-from dsgd_dask.estimators.machines import DSGDKernelLogisticRegression, DSGDKernelRidge, DSGDKernelSVC
-from dsgd_dask.estimators.sir import DSGDKernelSIR
-from dsgd_dask.estimators.two_view import DSGDKernelCCA, DSGDKernelSVD
+from dsgd_dask.estimators.kpca import KernelPCA
+from dsgd_dask.estimators.machines import KernelLogisticRegression, KernelRidge, KernelSVC
+from dsgd_dask.estimators.sir import KernelSIR
+from dsgd_dask.estimators.two_view import KernelCCA, KernelSVD
 
-__all__ = ["DSGDKernelCCA", "DSGDKernelLogisticRegression", "DSGDKernelPCA", "DSGDKernelRidge", "DSGDKernelSIR",
-           "DSGDKernelSVC", "DSGDKernelSVD"]
+__all__ = ["KernelCCA", "KernelLogisticRegression", "KernelPCA", "KernelRidge", "KernelSIR",
+           "KernelSVC", "KernelSVD"]

@@ -37,6 +37,9 @@ def load(path):
     attrs, arrays = read_store(path, "model")
     name = attrs.get("estimator")
     registry = _registry()
+    if isinstance(name, str) and name.startswith("DSGD") and name[4:] in registry:
+        # stores written before the estimators took their problems' names hold the same payload
+        name = name[4:]
     if name not in registry:
         raise StoreError(f"{path} holds an unknown estimator {name!r}; known: {sorted(registry)}")
     return registry[name]._from_payload(attrs, arrays)

@@ -17,6 +17,7 @@ from dsgd_dask._validation import check_int
 from dsgd_dask.engine.checkpoint import Checkpointer, fit_fingerprint
 from dsgd_dask.engine.loop import run_plan
 from dsgd_dask.estimators._base import RandomFeatureEstimatorMixin
+from dsgd_dask.estimators._solvers import Clock, record
 from dsgd_dask.features.blocks import RandomFeatures
 from dsgd_dask.features.kernels import KernelSpec
 from dsgd_dask.features.nystroem import NystroemFeatures
@@ -123,8 +124,21 @@ class StepEstimatorMixin(RandomFeatureEstimatorMixin):
             return callback is not None or (checkpointer is not None and checkpointer.due(step))
 
         bar = step_bar(n_steps, p["batch_size"], done=state.step - step0) if self.verbose else nullcontext()
+        clock = Clock()
+        if not hasattr(self, "convergence_"):
+            self.convergence_ = []
+        taken = [state.step]
+
+        def progress_and_record(steps: int) -> None:
+            # one record per chunk task of steps, at its last step
+            taken[0] += steps
+            self.convergence_.append(record(taken[0], taken[0] * p["batch_size"], clock(), None))
+            if progress is not None:
+                progress(steps)
+
         with bar as progress:
-            self.state_ = run_plan(state, view, tasks, features, self._rule, self._config, progress, on_state, due)
+            self.state_ = run_plan(state, view, tasks, features, self._rule, self._config, progress_and_record,
+                                   on_state, due)
         if checkpointer is not None:
             checkpointer.save(self.state_)
         self.n_iter_ = self.state_.step

@@ -1,4 +1,4 @@
-"""DSGDKernelPCA: doubly stochastic kernel PCA as a scikit-learn transformer."""
+"""KernelPCA: doubly stochastic kernel PCA as a scikit-learn transformer."""
 
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ WARM_TAG = 0x5741
 
 
 @register
-class DSGDKernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin,
+class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin,
                     BaseEstimator):
     """Kernel PCA on data of any size: random feature blocks, fitted by full-data passes or stochastic steps.
 
@@ -287,9 +287,9 @@ class DSGDKernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transfo
     Examples
     --------
     >>> import numpy as np
-    >>> from dsgd_dask import DSGDKernelPCA
+    >>> from dsgd_dask import KernelPCA
     >>> X = np.random.default_rng(0).normal(size=(500, 3))
-    >>> kpca = DSGDKernelPCA(n_components=2, n_features=512, max_iter=50, random_state=0)
+    >>> kpca = KernelPCA(n_components=2, n_features=512, max_iter=50, random_state=0)
     >>> kpca.fit_transform(X).shape
     (500, 2)
     """
@@ -345,7 +345,7 @@ class DSGDKernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transfo
 
         Returns
         -------
-        self : DSGDKernelPCA
+        self : KernelPCA
         """
         view = self._validate_input(X, reset=True)
         ckpt, found = self._checkpointer((view.n_samples, view.n_features))
@@ -387,7 +387,7 @@ class DSGDKernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transfo
 
         Returns
         -------
-        self : DSGDKernelPCA
+        self : KernelPCA
         """
         first = not hasattr(self, "state_")
         if not first and self._params.get("whitening") == "joint":
@@ -744,7 +744,7 @@ class DSGDKernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transfo
         check_is_fitted(self, "model_")
         view = self._validate_input(X, reset=False)
         return apply_rows(view, self.model_.evaluate, self.model_.n_outputs, self.model_.token,
-                          "dsgdkernelpca")
+                          "kernelpca")
 
     # -- persistence -------------------------------------------------------------------
     def _fitted_payload(self) -> tuple[dict, dict]:
@@ -766,7 +766,7 @@ class DSGDKernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transfo
         return attrs, arrays
 
     @classmethod
-    def _from_payload(cls, attrs: dict, arrays: dict) -> DSGDKernelPCA:
+    def _from_payload(cls, attrs: dict, arrays: dict) -> KernelPCA:
         est = cls(**attrs["params"])
         fitted = attrs["fitted"]
         features = features_from_payload(attrs["features"], arrays, cache_bytes=est.cache_bytes)

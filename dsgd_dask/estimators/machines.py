@@ -1,4 +1,4 @@
-"""Doubly stochastic kernel machines: DSGDKernelRidge, DSGDKernelSVC, DSGDKernelLogisticRegression.
+"""Doubly stochastic kernel machines: KernelRidge, KernelSVC, KernelLogisticRegression.
 
 One base on the shared step engine (the rule :class:`~dsgd_dask.rules.machines.MachineRule`
 with a loss): the same features, streams, checkpoints and saved models as the component
@@ -106,7 +106,7 @@ _MACHINE_PARAMS = """\
     max_iter : int or "auto", default="auto"
         Steps; ``"auto"``: ten passes over the data, between 500 and 5000 steps.
     shuffle_chunks, n_partitions : int, default=1
-        As for :class:`~dsgd_dask.DSGDKernelPCA`.
+        As for :class:`~dsgd_dask.KernelPCA`.
     eta0 : float, default=0.5
         ``theta_0`` of the step ``eta_t = theta_0 / (L (1 + theta_1 t))``, relative to the
         curvature ``L`` of the loss (the top eigenvalue of the first block's second moment
@@ -117,7 +117,7 @@ _MACHINE_PARAMS = """\
         ``1 / (alpha (t + t_0))``, the schedule of strongly convex stochastic gradient
         descent (0.01 when ``alpha = 0``).
     compute_dtype, cache_bytes, checkpoint, checkpoint_every, verbose, random_state
-        As for :class:`~dsgd_dask.DSGDKernelCCA`."""
+        As for :class:`~dsgd_dask.KernelCCA`."""
 
 
 class _KernelMachine(ComponentStepEstimator):
@@ -267,7 +267,7 @@ def _target_values(y):
 
 
 @register
-class DSGDKernelRidge(RegressorMixin, _KernelMachine):
+class KernelRidge(RegressorMixin, _KernelMachine):
     __doc__ = f"""Kernel ridge regression by doubly stochastic gradients (squared loss; multi-output ``y``).
 
     Minimises ``E[(f(x) - y)^2] / 2 + alpha/2 ||f||^2`` over ``f = sum_j z_j(x) A_j``. With
@@ -349,13 +349,13 @@ class DSGDKernelRidge(RegressorMixin, _KernelMachine):
     Examples
     --------
     >>> import numpy as np
-    >>> from dsgd_dask import DSGDKernelRidge
+    >>> from dsgd_dask import KernelRidge
     >>> rng = np.random.default_rng(0)
     >>> X = rng.uniform(-3, 3, size=(1000, 1)); y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=1000)
-    >>> reg = DSGDKernelRidge(alpha=1e-3, n_features=512, random_state=0).fit(X, y)
+    >>> reg = KernelRidge(alpha=1e-3, n_features=512, random_state=0).fit(X, y)
     >>> bool(reg.score(X, y) > 0.9)
     True
-    >>> passes = DSGDKernelRidge(alpha=1e-3, solver="cg", n_features=512, random_state=0).fit(X, y)
+    >>> passes = KernelRidge(alpha=1e-3, solver="cg", n_features=512, random_state=0).fit(X, y)
     >>> bool(passes.score(X, y) > 0.9), passes.convergence_[-1]["relative_residual"] <= 1e-6
     (True, True)
     """
@@ -531,7 +531,7 @@ class _KernelClassifier(ClassifierMixin, _KernelMachine):
             kind = type_of_target(seen if isinstance(values, da.Array) else values)
             if kind not in ("binary", "multiclass"):
                 raise ValueError(f"Unknown label type: {kind}; {type(self).__name__} needs class labels "
-                                 "(use DSGDKernelRidge for a continuous target)")
+                                 "(use KernelRidge for a continuous target)")
             if len(given) < 2:
                 raise ValueError(f"{type(self).__name__} needs samples of at least 2 classes in the data, "
                                  f"but the data contain only one class: {given[0]!r}")
@@ -603,7 +603,7 @@ class _KernelClassifier(ClassifierMixin, _KernelMachine):
 
 
 @register
-class DSGDKernelSVC(_KernelClassifier):
+class KernelSVC(_KernelClassifier):
     __doc__ = f"""Kernel support vector classification by doubly stochastic gradients (hinge loss).
 
     Binary problems fit one function with the hinge loss on labels ``{{-1, +1}}``;
@@ -626,10 +626,10 @@ class DSGDKernelSVC(_KernelClassifier):
     Examples
     --------
     >>> import numpy as np
-    >>> from dsgd_dask import DSGDKernelSVC
+    >>> from dsgd_dask import KernelSVC
     >>> rng = np.random.default_rng(0)
     >>> X = rng.normal(size=(600, 2)); y = (X[:, 0] ** 2 + X[:, 1] ** 2 > 1.4).astype(int)
-    >>> svc = DSGDKernelSVC(n_features=512, random_state=0).fit(X, y)
+    >>> svc = KernelSVC(n_features=512, random_state=0).fit(X, y)
     >>> bool(svc.score(X, y) > 0.9)
     True
     """
@@ -638,7 +638,7 @@ class DSGDKernelSVC(_KernelClassifier):
 
 
 @register
-class DSGDKernelLogisticRegression(_KernelClassifier):
+class KernelLogisticRegression(_KernelClassifier):
     __doc__ = f"""Kernel logistic regression by doubly stochastic gradients (binary; multinomial softmax).
 
     Parameters
@@ -658,10 +658,10 @@ class DSGDKernelLogisticRegression(_KernelClassifier):
     Examples
     --------
     >>> import numpy as np
-    >>> from dsgd_dask import DSGDKernelLogisticRegression
+    >>> from dsgd_dask import KernelLogisticRegression
     >>> rng = np.random.default_rng(0)
     >>> X = rng.normal(size=(600, 2)); y = np.where(X[:, 0] * X[:, 1] > 0, "same", "opposite")
-    >>> clf = DSGDKernelLogisticRegression(n_features=512, random_state=0).fit(X, y)
+    >>> clf = KernelLogisticRegression(n_features=512, random_state=0).fit(X, y)
     >>> clf.predict_proba(X[:2]).shape
     (2, 2)
     """
@@ -691,5 +691,5 @@ class DSGDKernelLogisticRegression(_KernelClassifier):
             return softmax(f, axis=1)
 
         view = self._validate_input(X, reset=False)
-        return apply_rows(view, proba, len(self.classes_), model.token, "dsgdkernellogisticregression-proba",
+        return apply_rows(view, proba, len(self.classes_), model.token, "kernellogisticregression-proba",
                           out_dim="class")

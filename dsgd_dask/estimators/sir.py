@@ -1,4 +1,4 @@
-"""DSGDKernelSIR: kernel sliced inverse regression by doubly stochastic steps."""
+"""KernelSIR: kernel sliced inverse regression by doubly stochastic steps."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from dsgd_dask.streams.slices import Slicer
 
 
 @register
-class DSGDKernelSIR(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ComponentStepEstimator):
+class KernelSIR(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ComponentStepEstimator):
     """Kernel sliced inverse regression by doubly stochastic gradients.
 
     Finds the functions ``f_i`` of ``x`` whose values best explain the response ``y``
@@ -47,7 +47,7 @@ class DSGDKernelSIR(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Component
         Steps; ``"auto"``: ten passes over the data, between 500 and 5000 steps.
     shuffle_chunks, n_partitions, eta0, eta_decay, compute_dtype, cache_bytes, checkpoint, checkpoint_every, \
 verbose, random_state
-        As for :class:`~dsgd_dask.DSGDKernelCCA`.
+        As for :class:`~dsgd_dask.KernelCCA`.
 
     Attributes
     ----------
@@ -85,11 +85,11 @@ verbose, random_state
     Examples
     --------
     >>> import numpy as np
-    >>> from dsgd_dask import DSGDKernelSIR
+    >>> from dsgd_dask import KernelSIR
     >>> rng = np.random.default_rng(0)
     >>> X = rng.normal(size=(800, 4))
     >>> y = np.sin(X[:, 0]) + X[:, 1] ** 2 + 0.1 * rng.normal(size=800)
-    >>> sir = DSGDKernelSIR(n_components=2, n_features=512, max_iter=300, random_state=0).fit(X, y)
+    >>> sir = KernelSIR(n_components=2, n_features=512, max_iter=300, random_state=0).fit(X, y)
     >>> sir.transform(X).shape
     (800, 2)
     """

@@ -1,4 +1,4 @@
-"""DSGDKernelSVD and DSGDKernelCCA: two-view component analysis by doubly stochastic steps."""
+"""KernelSVD and KernelCCA: two-view component analysis by doubly stochastic steps."""
 
 from __future__ import annotations
 
@@ -152,7 +152,7 @@ class _TwoViewEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Compo
 
 
 @register
-class DSGDKernelSVD(_TwoViewEstimator):
+class KernelSVD(_TwoViewEstimator):
     __doc__ = f"""Kernel SVD by doubly stochastic gradients: the top singular functions of the cross-covariance.
 
     Finds functions ``f_i`` of ``x`` and ``g_i`` of ``y`` that maximise ``Cov(f_i(x), g_i(y))``
@@ -199,10 +199,10 @@ class DSGDKernelSVD(_TwoViewEstimator):
     Examples
     --------
     >>> import numpy as np
-    >>> from dsgd_dask import DSGDKernelSVD
+    >>> from dsgd_dask import KernelSVD
     >>> rng = np.random.default_rng(0)
     >>> X = rng.normal(size=(600, 3)); Y = np.tanh(X[:, :2]) + 0.1 * rng.normal(size=(600, 2))
-    >>> svd = DSGDKernelSVD(n_components=2, n_features=512, max_iter=200, random_state=0).fit(X, Y)
+    >>> svd = KernelSVD(n_components=2, n_features=512, max_iter=200, random_state=0).fit(X, Y)
     >>> U, V = svd.transform(X, Y)
     >>> U.shape, V.shape
     ((600, 2), (600, 2))
@@ -263,7 +263,7 @@ class DSGDKernelSVD(_TwoViewEstimator):
 
 
 @register
-class DSGDKernelCCA(_TwoViewEstimator):
+class KernelCCA(_TwoViewEstimator):
     __doc__ = f"""Kernel CCA by doubly stochastic gradients, with a ridge.
 
     Finds functions ``f_i`` of ``x`` and ``g_i`` of ``y`` solving the regularised kernel
@@ -342,12 +342,12 @@ class DSGDKernelCCA(_TwoViewEstimator):
     Examples
     --------
     >>> import numpy as np
-    >>> from dsgd_dask import DSGDKernelCCA
+    >>> from dsgd_dask import KernelCCA
     >>> rng = np.random.default_rng(0)
     >>> t = rng.uniform(-2, 2, size=600)
     >>> X = np.c_[np.cos(t), np.sin(t)] + 0.05 * rng.normal(size=(600, 2))
     >>> Y = np.c_[t ** 2, rng.normal(size=600)]
-    >>> cca = DSGDKernelCCA(n_components=1, n_features=512, max_iter=300, random_state=0).fit(X, Y)
+    >>> cca = KernelCCA(n_components=1, n_features=512, max_iter=300, random_state=0).fit(X, Y)
     >>> bool(cca.correlations_[0] > 0.5)
     True
     """

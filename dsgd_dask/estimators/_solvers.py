@@ -1,0 +1,97 @@
+"""The solver table: which solvers each estimator has, with which features, and what they record.
+
+Every estimator owns one objective; ``solver`` only says how it is minimised. One name
+means one algorithm family in every estimator:
+
+* ``"dsgd"``: doubly stochastic gradient steps (the papers' algorithm; the step engine);
+* the full-data pass solvers, named for their algorithm (``"subspace"``, ``"lobpcg"``,
+  ``"cg"``): iterations over all rows on the pass driver;
+* ``"rca"``: one pass of the feature moments, then a dense solve;
+* ``"exact"``: the ``n x n`` kernel matrix, for small ``n`` only;
+* ``"auto"``: one of the above, chosen by the estimator from the input and the budget and
+  recorded in ``solver_``.
+
+A combination missing from :data:`SOLVERS` is refused with a ``ValueError`` before any
+work is done.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+#: For each estimator, its solvers and the ``features`` each solver accepts. ``"exact"``
+#: takes every training row as a landmark: it accepts the default ``features="nystroem"``
+#: and ignores the budget.
+SOLVERS: dict[str, dict[str, tuple[str, ...]]] = {
+    "KernelPCA": {"dsgd": ("nystroem", "fourier"), "subspace": ("nystroem", "fourier"),
+                  "rca": ("nystroem", "fourier"), "exact": ("nystroem",)},
+    "KernelSVD": {"dsgd": ("nystroem", "fourier"), "exact": ("nystroem",)},
+    "KernelCCA": {"dsgd": ("nystroem", "fourier"), "lobpcg": ("nystroem",), "rca": ("nystroem", "fourier"),
+                  "exact": ("nystroem",)},
+    "KernelSIR": {"dsgd": ("nystroem", "fourier"), "exact": ("nystroem",)},
+    "KernelRidge": {"dsgd": ("nystroem", "fourier"), "cg": ("nystroem", "fourier"), "exact": ("nystroem",)},
+    "KernelSVC": {"dsgd": ("nystroem", "fourier")},
+    "KernelLogisticRegression": {"dsgd": ("nystroem", "fourier")},
+}
+
+#: What one iteration is (what ``max_iter`` bounds and ``n_iter_`` counts) for each solver.
+ITERATION: dict[str, str] = {
+    "dsgd": "one step: one mini-batch of rows and one block of features",
+    "subspace": "one full-data pass of block subspace iteration (sampled stages before the passes not counted)",
+    "lobpcg": "one full-data pass of the preconditioned block eigensolver",
+    "cg": "one full-data pass of preconditioned conjugate gradients",
+    "rca": "the single full-data pass of the feature moments",
+    "exact": "the single dense solve on the n x n kernel matrix",
+}
+
+#: The ``measure`` of a ``convergence_`` record (what ``tol`` is compared with) for each solver.
+MEASURE: dict[str, str] = {
+    "dsgd": "none (NaN): the steps run max_iter steps and have no stopping test",
+    "subspace": "estimated sin^2 of the largest principal angle between the top-k subspace and the converged one",
+    "lobpcg": "largest change of a canonical correlation over the pass",
+    "cg": "largest relative residual of the normal equations over the outputs",
+    "rca": "none (NaN): one pass, no iterations",
+    "exact": "none (NaN): one dense solve, no iterations",
+}
+
+#: Keys every ``convergence_`` record has, in every estimator and solver; solvers add their own.
+RECORD_KEYS: tuple[str, ...] = ("iteration", "rows", "seconds", "measure")
+
+
+def check_solver(estimator, features: str) -> str:
+    """``estimator.solver`` checked against the table: the name, ``"auto"`` left for the estimator to resolve."""
+    name = type(estimator).__name__
+    table = SOLVERS[name]
+    solver = estimator.solver
+    if solver != "auto" and solver not in table:
+        raise ValueError(f"solver must be one of {['auto', *table]} for {name}, got {solver!r}")
+    if solver != "auto" and features not in table[solver]:
+        raise ValueError(f"{name}(solver={solver!r}) takes features in {list(table[solver])}, got "
+                         f"features={features!r}")
+    return solver
+
+
+def check_partial_fit(estimator) -> None:
+    """Refuse :meth:`partial_fit` for a solver that does not stream: only ``"dsgd"`` (or ``"auto"``) steps."""
+    solver = estimator.solver
+    if solver not in ("auto", "dsgd"):
+        raise ValueError(f"partial_fit takes doubly stochastic steps over the rows given; solver={solver!r} "
+                         "needs all the data at once: call fit, or use solver='dsgd' (or 'auto') to stream")
+
+
+def record(iteration: int, rows: int, seconds: float, measure: float, **extra) -> dict:
+    """One ``convergence_`` record: the :data:`RECORD_KEYS` first, then the solver's own entries."""
+    return {"iteration": int(iteration), "rows": int(rows), "seconds": float(seconds),
+            "measure": float(measure) if measure is not None else float(np.nan), **extra}
+
+
+class Clock:
+    """Seconds since the start of a fit, for ``convergence_`` records."""
+
+    def __init__(self):
+        self.start = time.perf_counter()
+
+    def __call__(self) -> float:
+        return time.perf_counter() - self.start
