@@ -12,7 +12,7 @@ census rows), against exact kernel PCA on the same rows:
   ``KernelPCA`` converged to ``tol = 1e-9`` on those features (so only the
   representation is judged), two landmark seeds;
 * ``sin^2`` of the largest principal angle between its projections of held-out rows and
-  those of ``ExactKernelPCA`` (dense, all training rows), at k = 10 and k = 50;
+  those of ``KernelPCA(solver="exact")`` (dense, all training rows), at k = 10 and k = 50;
 * one fixed bandwidth per dataset (the median trick on the training rows), shared by all.
 
 Run ``python benchmarks/bench_block_size.py`` (a few minutes; ``--quick`` for a smoke
@@ -56,7 +56,7 @@ def load(name: str, p: Params) -> tuple[np.ndarray, np.ndarray]:
 
 
 def main(argv=None) -> dict:
-    from dsgd_dask import KernelPCA, ExactKernelPCA
+    from dsgd_dask import KernelPCA
     from dsgd_dask.features.bandwidth import median_bandwidth
     from dsgd_dask.metrics import principal_angle_sin2
 
@@ -71,7 +71,7 @@ def main(argv=None) -> dict:
         X, Xt = load(data, p)
         sigma = median_bandwidth(X[:1000])
         kmax = max(p.components)
-        exact = ExactKernelPCA(kmax, bandwidth=sigma).fit(X)
+        exact = KernelPCA(kmax, solver="exact", bandwidth=sigma).fit(X)
         E = exact.transform(Xt)
         for k in p.components:
             for M in p.budgets:

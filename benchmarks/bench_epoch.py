@@ -74,7 +74,7 @@ def main(argv=None) -> dict:
     reps = -(-p.n_rows // len(x_train))
     data = np.tile(x_train.astype(np.float32), (reps, 1))[: p.n_rows]
     steps = p.n_rows // p.batch_size
-    fit_params = dict(features="fourier", solver="oja", n_components=p.n_components, n_features=p.n_features,
+    fit_params = dict(features="fourier", solver="dsgd", n_components=p.n_components, n_features=p.n_features,
                       batch_size=p.batch_size,
                       max_iter=steps, random_state=p.seed)
     tmp = Path(tempfile.mkdtemp(prefix="dsgd-epoch-", dir=Path(__file__).resolve().parent))

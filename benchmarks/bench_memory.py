@@ -127,7 +127,7 @@ def main(argv=None) -> dict:
     p = QUICK if args.quick else PARAMS
     info = machine_info()
     args.workdir.mkdir(parents=True, exist_ok=True)
-    fit_params = dict(features="fourier", solver="oja", n_components=p.n_components, n_features=p.n_features,
+    fit_params = dict(features="fourier", solver="dsgd", n_components=p.n_components, n_features=p.n_features,
                       batch_size=p.batch_size,
                       max_iter=p.max_iter, random_state=p.seed)
     result = {"parameters": asdict(p), "machine": info, "flat": []}

@@ -3,9 +3,9 @@
 All methods use the Gaussian kernel with the bandwidth ``KernelPCA`` picks by the
 median trick (``bandwidth_``), i.e. ``gamma = 1 / (2 bandwidth^2)`` in scikit-learn:
 
-* exact ``KernelPCA`` (the reference),
-* ``Nystroem(m) + PCA`` and ``RBFSampler(m) + PCA`` at several ``m``,
-* ``KernelPCA`` at several feature budgets and numbers of steps.
+* scikit-learn's exact ``KernelPCA`` (the reference),
+* scikit-learn's ``Nystroem(m) + PCA`` and ``RBFSampler(m) + PCA`` at several ``m``,
+* ``KernelPCA(solver="dsgd", features="fourier")`` at several feature budgets and numbers of steps.
 
 Quality is ``sin^2`` of the largest principal angle between each method's projections
 of held-out test rows and the exact ones (``dsgd_dask.metrics.principal_angle_sin2``):
@@ -86,17 +86,18 @@ def make_methods(p: Params, gamma: float, bandwidth: float):
     k = p.n_components
     out = []
     for m in p.nystroem:
-        out.append(("Nystroem+PCA", f"m={m}", {"n_components": m},
+        out.append(("scikit-learn Nystroem+PCA", f"m={m}", {"n_components": m},
                     lambda s, m=m: make_pipeline(Nystroem(gamma=gamma, n_components=m, random_state=s),
                                                  PCA(k, random_state=s))))
     for m in p.rff:
-        out.append(("RBFSampler+PCA", f"m={m}", {"n_components": m},
+        out.append(("scikit-learn RBFSampler+PCA", f"m={m}", {"n_components": m},
                     lambda s, m=m: make_pipeline(RBFSampler(gamma=gamma, n_components=m, random_state=s),
                                                  PCA(k, random_state=s))))
     for it in p.dsgd_max_iter:
         for m in p.dsgd_features:
-            out.append((f"KernelPCA T={it}", f"M={m}", {"n_features": m, "max_iter": it},
-                        lambda s, m=m, it=it: KernelPCA(k, features="fourier", solver="oja",
+            out.append((f'KernelPCA(solver="dsgd", features="fourier") T={it}', f"M={m}",
+                        {"n_features": m, "max_iter": it},
+                        lambda s, m=m, it=it: KernelPCA(k, features="fourier", solver="dsgd",
                                                             bandwidth=bandwidth, n_features=m, max_iter=it,
                                                             batch_size=p.dsgd_batch_size, random_state=s)))
     return out
@@ -140,7 +141,7 @@ def plot(p: Params, summary: list[dict], runs: list[dict], exact: dict, path) ->
 
     floor = 1e-8  # sin^2 below this is drawn at the floor (log scale)
     fig, ax = plt.subplots(figsize=(9.5, 6.5))
-    styles = {"Nystroem+PCA": ("#2ca02c", "s"), "RBFSampler+PCA": ("#ff7f0e", "^")}
+    styles = {"scikit-learn Nystroem+PCA": ("#2ca02c", "s"), "scikit-learn RBFSampler+PCA": ("#ff7f0e", "^")}
     dsgd_colors = iter(["#9ecae1", "#4292c6", "#08519c", "#08306b", "#6a51a3"])
     methods = list(dict.fromkeys(r["method"] for r in summary))
     for method in methods:
@@ -182,7 +183,7 @@ def main(argv=None) -> None:
         return run_clean(fn, p.idle_cores, p.attempts, wait=not args.no_wait, window=1.0, timeout=p.idle_timeout)
     name = "quality_quick" if args.quick else "quality"
 
-    from sklearn.decomposition import KernelPCA
+    from sklearn.decomposition import KernelPCA as SkKernelPCA
 
     from dsgd_dask import KernelPCA
     from dsgd_dask.metrics import principal_angle_sin2
@@ -192,7 +193,7 @@ def main(argv=None) -> None:
     print(f"{info['cpu_count']} CPUs, load average {info['load_average']}, train {x_train.shape}, "
           f"test {x_test.shape}")
     k = p.n_components
-    bandwidth = float(KernelPCA(k, features="fourier", solver="oja", n_features=256, max_iter=1,
+    bandwidth = float(KernelPCA(k, features="fourier", solver="dsgd", n_features=256, max_iter=1,
                                     random_state=p.seed).fit(x_train).bandwidth_)
     gamma = 1.0 / (2.0 * bandwidth**2)
     gap = eigengap(p, x_train, gamma)
@@ -205,13 +206,13 @@ def main(argv=None) -> None:
     methods = make_methods(p, gamma, bandwidth)
     # warm-up of every estimator class on a small slice: imports, thread pools; not timed
     warm = x_train[: min(500, len(x_train))]
-    KernelPCA(k, kernel="rbf", gamma=gamma).fit(warm).transform(warm)
-    for method in dict.fromkeys(m[0].split(" ")[0] for m in methods):
+    SkKernelPCA(k, kernel="rbf", gamma=gamma).fit(warm).transform(warm)
+    for method in dict.fromkeys(m[0].split(" T=")[0] for m in methods):
         factory = next(m[3] for m in methods if m[0].startswith(method))
         factory(p.seed).fit(warm)
 
     (ref, exact_fit, z_ref, exact_tr), info_exact = clean(
-        lambda: timed_fit(lambda: KernelPCA(k, kernel="rbf", gamma=gamma, random_state=p.seed), x_train, x_test))
+        lambda: timed_fit(lambda: SkKernelPCA(k, kernel="rbf", gamma=gamma, random_state=p.seed), x_train, x_test))
     # what eigen_solver="auto" picks (scikit-learn's rule)
     solver = "arpack" if x_train.shape[0] > 200 and k < 10 else "dense"
     exact = {"fit_seconds": exact_fit, "transform_seconds": exact_tr, "eigen_solver": solver,

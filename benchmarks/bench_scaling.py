@@ -124,7 +124,7 @@ def main(argv=None) -> dict:
         path = str(tmp / "mnist.zarr")
         zarr.create_array(store=path, data=data, chunks=(p.chunk_rows, data.shape[1]))
         X = da.from_zarr(path)
-        params = dict(features="fourier", solver="oja", n_components=p.n_components, n_features=p.n_features,
+        params = dict(features="fourier", solver="dsgd", n_components=p.n_components, n_features=p.n_features,
                       block_size=p.block_size,
                       batch_size=p.batch_size, n_partitions=p.n_partitions, random_state=p.seed)
         coefs = {}

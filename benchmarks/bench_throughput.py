@@ -174,7 +174,7 @@ def fit_throughput(p: Params, x: np.ndarray, batch: int, n_features: int, dtype:
     def callback(step, model):
         marks.append((step, time.perf_counter()))
 
-    est = KernelPCA(features="fourier", solver="oja", n_components=p.n_components, n_features=n_features,
+    est = KernelPCA(features="fourier", solver="dsgd", n_components=p.n_components, n_features=n_features,
                         block_size=p.block_size,
                         batch_size=batch, max_iter=max_iter, compute_dtype=dtype, cache_bytes=cache_bytes,
                         random_state=p.seed)
@@ -426,7 +426,7 @@ def main(argv=None) -> None:
     from dsgd_dask import KernelPCA
 
     for dt in p.dtypes:
-        KernelPCA(features="fourier", solver="oja", n_components=p.n_components, n_features=512, max_iter=8,
+        KernelPCA(features="fourier", solver="dsgd", n_components=p.n_components, n_features=512, max_iter=8,
                       compute_dtype=dt,
                       random_state=p.seed).fit(x_all[:2048])
 

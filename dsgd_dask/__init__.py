@@ -1,7 +1,7 @@
 """dsgd_dask: kernel methods on data larger than memory, by doubly stochastic gradients on Dask."""
 
 from dsgd_dask import datasets, xarray_accessor  # noqa: F401  (xarray_accessor registers .dsgd on xarray)
-from dsgd_dask.baselines import ExactKernelPCA, KernelHebbianPCA, NystroemPCA, RandomFeaturePCA
+from dsgd_dask.baselines import KernelHebbianPCA
 from dsgd_dask.estimators import (
     KernelCCA,
     KernelLogisticRegression,
@@ -20,18 +20,15 @@ __version__ = "0.1.0"
 __all__ = [
     "KERNELS",
     "KernelCCA",
+    "KernelExpansion",
+    "KernelHebbianPCA",
     "KernelLogisticRegression",
     "KernelPCA",
     "KernelRidge",
     "KernelSIR",
     "KernelSVC",
     "KernelSVD",
-    "ExactKernelPCA",
-    "KernelExpansion",
-    "KernelHebbianPCA",
     "KernelSpec",
-    "NystroemPCA",
-    "RandomFeaturePCA",
     "RandomFeatures",
     "__version__",
     "datasets",

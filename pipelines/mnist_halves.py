@@ -1,4 +1,4 @@
-"""Kernel CCA of the left and right halves of MNIST digits: DSGD against random-feature and Nyström RCA.
+"""Kernel CCA of the left and right halves of MNIST digits: KernelCCA's passes and steps against its one-pass RCA.
 
 The papers' two-view benchmark (Lopez-Paz et al. 2014; Xie, Liang & Song 2015): view ``x``
 is the left 392 pixels of a digit, view ``y`` the right 392; the quality of a method is
@@ -8,15 +8,19 @@ and 6,000 for validation (the papers' sizes); the training halves are written to
 Zarr stores (uint8, chunks of 6,000 rows) that every method reads chunk by chunk.
 
 The ridge ``reg`` is chosen once, on the validation digits, as the best of a grid for
-``NystroemCCA`` with 1,024 landmarks, and then used by every method: the comparison is
-of the solvers and representations, not of their regularisation. Each method runs in a
-fresh process (so its peak RSS is its own), one after the other:
+``KernelCCA(solver="rca", features="nystroem")`` with 1,024 landmarks, and then used by
+every method (``reg`` has one meaning for every solver): the comparison is of the solvers
+and representations, not of their regularisation. Each method runs in a fresh process
+(so its peak RSS is its own), one after the other, each row labelled with its class and
+solver:
 
 * linear CCA on the pixels (ridge CCA of the 392 + 392 pixel moments);
-* ``RandomFeatureCCA`` and ``NystroemCCA`` (one pass of ``(Mx + My)^2`` moments, one solve)
-  at 1,024 ... 8,192 features per view;
-* ``KernelCCA`` (Nyström blocks of 1,024 landmarks per view, doubly stochastic steps)
-  at 4,096 ... 32,768 features per view, for a number of epochs.
+* ``KernelCCA(solver="rca")`` with Fourier and with Nyström features (one pass of
+  ``(Mx + My)^2`` moments, one solve) at 1,024 ... 8,192 features per view;
+* ``KernelCCA(solver="lobpcg")`` (full-data passes on Nyström blocks of 1,024 landmarks per
+  view, until converged) at 4,096 ... 16,384 features per view;
+* ``KernelCCA(solver="dsgd")`` (doubly stochastic steps on the same blocks) for a number of
+  epochs.
 
 Outputs in ``--out`` (default ``pipelines/results/mnist_halves``): ``mnist_halves.json``
 (machine, parameters, one record per method: test correlation sum, fit time, peak RSS),
@@ -26,7 +30,8 @@ or ``../shared/datasets`` beside the checkout).
 
 Run ``python pipelines/mnist_halves.py --quick`` (a few minutes: up to 2,048 features and
 one DSGD configuration) or without ``--quick`` for the full table (about an hour on two
-cores). ``--only REGEX`` runs a subset, ``--reg`` fixes the ridge instead of choosing it,
+cores). ``--only REGEX`` runs a subset (searched in ``"<method> <features>"``, e.g.
+``--only 'fourier.* 8192'``), ``--reg`` fixes the ridge instead of choosing it,
 ``--merge a,b --name c`` combines earlier outputs into one table. A method whose process
 dies (out of memory, at 8,192 features per view on 24 GiB) gets a row saying so.
 ``run(..., sample=True)`` (what ``python -m benchmarks run mnist-halves --quick`` calls) runs
@@ -51,9 +56,15 @@ CHUNK_ROWS = 6_000
 REG_GRID = (1e-3, 1e-4, 1e-5, 1e-6, 1e-7)
 SEED = 0
 
+#: The rows' labels: ``KernelCCA`` with its solver (and features for ``"rca"``).
+RCA_FOURIER = 'KernelCCA(solver="rca", features="fourier")'
+RCA_NYSTROEM = 'KernelCCA(solver="rca", features="nystroem")'
+LOBPCG = 'KernelCCA(solver="lobpcg")'
+DSGD = 'KernelCCA(solver="dsgd")'
+
 FULL = {
     "rca_features": (1024, 2048, 4096, 8192),
-    # (features per view, epochs of steps; 0: the default solver, full-data passes)
+    # (features per view, epochs of steps; 0: full-data passes, solver="lobpcg")
     "dsgd": [(4096, 0), (8192, 0), (16384, 0), (4096, 5)],
 }
 QUICK = {
@@ -61,9 +72,9 @@ QUICK = {
     "dsgd": [(4096, 0), (4096, 2)],
 }
 #: ``sample=True``: the 5000 training and 2000 test digits shipped with the package (4500 for
-#: training, 500 for validation), small feature counts (DSGD in blocks of 256), and one ridge
-#: (the best of ``REG_GRID`` for ``NystroemCCA(256)`` on these validation digits) still scored
-#: on them: a fit process costs seconds of imports.
+#: training, 500 for validation), small feature counts (one block of 256), and one ridge (the
+#: best of ``REG_GRID`` for ``KernelCCA(solver="rca", n_features=256)`` on these validation
+#: digits) still scored on them: a fit process costs seconds of imports.
 SAMPLE = {
     "rca_features": (256,),
     "dsgd": [(256, 0), (256, 2)],
@@ -126,19 +137,17 @@ def _scaled(path: str):
 
 def _make(method: str, m: int, reg: float, epochs: int, n_train: int = N_TRAIN):
     from dsgd_dask import KernelCCA
-    from dsgd_dask.baselines import NystroemCCA, RandomFeatureCCA
 
-    if method == "NystroemCCA":
-        return NystroemCCA(K, n_features=m, reg=reg, random_state=SEED)
-    if method == "RandomFeatureCCA":
-        return RandomFeatureCCA(K, n_features=m, reg=reg, random_state=SEED)
-    if method == "KernelCCA":
-        blocks = {"block_size": m} if m < 1024 else {}  # below one default block (the SAMPLE budgets)
-        if not epochs:  # the default solver: full-data passes until converged
-            return KernelCCA(K, n_features=m, reg=reg, random_state=SEED, **blocks)
+    # n_features=m exactly: blocks of 1024 landmarks or 256 Fourier features (one block below)
+    if method == RCA_NYSTROEM:
+        return KernelCCA(K, solver="rca", features="nystroem", n_features=m, reg=reg, random_state=SEED)
+    if method == RCA_FOURIER:
+        return KernelCCA(K, solver="rca", features="fourier", n_features=m, reg=reg, random_state=SEED)
+    if method == LOBPCG:  # full-data passes until converged
+        return KernelCCA(K, solver="lobpcg", n_features=m, reg=reg, random_state=SEED)
+    if method == DSGD:
         steps = epochs * -(-n_train // 256)
-        return KernelCCA(K, n_features=m, reg=reg, solver="steps", max_iter=steps, random_state=SEED,
-                             **blocks)
+        return KernelCCA(K, solver="dsgd", n_features=m, reg=reg, max_iter=steps, random_state=SEED)
     raise ValueError(method)
 
 
@@ -177,8 +186,8 @@ def run_one(method: str, m: int, reg: float, epochs: int, paths: dict, which: st
             fit = time.perf_counter() - t0
             At, Bt = _scaled(paths[f"{which}_left"]), _scaled(paths[f"{which}_right"])
             score = est.score(At, Bt)
-            if method == "KernelCCA":
-                extra = {"solver": est._params["solver"], "passes" if epochs == 0 else "steps": int(est.n_iter_)}
+            if method in (LOBPCG, DSGD):
+                extra = {"solver": est.solver_, "passes" if est.solver_ == "lobpcg" else "steps": int(est.n_iter_)}
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # MiB (Linux reports KiB)
     queue.put({"method": method, "features": m, "reg": reg, "epochs": epochs, "fit_seconds": fit,
                f"{which}_correlation_sum": score, "peak_rss_mib": peak, **extra})
@@ -233,15 +242,16 @@ def run(out: Path, quick: bool = False, data_home=None, verbose: bool = True, on
 
     chosen = []
     for candidate in cfg.get("reg_grid", REG_GRID) if reg is None else ():
-        rec = in_process("NystroemCCA", valid_features, candidate, 0, paths, "valid")
-        say(f"validation: NystroemCCA({valid_features}) reg={candidate:g}: {rec['valid_correlation_sum']:.2f}")
+        rec = in_process(RCA_NYSTROEM, valid_features, candidate, 0, paths, "valid")
+        say(f"validation: {RCA_NYSTROEM}, {valid_features} features, reg={candidate:g}: "
+            f"{rec['valid_correlation_sum']:.2f}")
         chosen.append(rec)
     if reg is None:
         reg = max(chosen, key=lambda r: r["valid_correlation_sum"])["reg"]
         say(f"reg = {reg:g} (best on the validation digits)")
     plan = [("linear CCA", 784, 0)]
-    plan += [(name, m, 0) for m in cfg["rca_features"] for name in ("RandomFeatureCCA", "NystroemCCA")]
-    plan += [("KernelCCA", m, epochs) for m, epochs in cfg["dsgd"]]
+    plan += [(name, m, 0) for m in cfg["rca_features"] for name in (RCA_FOURIER, RCA_NYSTROEM)]
+    plan += [(DSGD if epochs else LOBPCG, m, epochs) for m, epochs in cfg["dsgd"]]
     if only is not None:
         import re
 
@@ -251,10 +261,10 @@ def run(out: Path, quick: bool = False, data_home=None, verbose: bool = True, on
         rec = in_process(method, m, reg, epochs, paths, "test")
         records.append(rec)
         if "failed" in rec:
-            say(f"{method:>16} {m:>6} features: {rec['failed']}")
+            say(f"{method:>44} {m:>6} features: {rec['failed']}")
             continue
         how = f"{epochs:>2} epochs" if epochs else (f"{rec['passes']:>2} passes" if "passes" in rec else " " * 9)
-        say(f"{method:>16} {m:>6} features {how}: "
+        say(f"{method:>44} {m:>6} features {how}: "
             f"test correlation sum {rec['test_correlation_sum']:6.2f}, fit {rec['fit_seconds']:7.1f} s, "
             f"peak RSS {rec['peak_rss_mib']:6.0f} MiB")
     summary = {
@@ -287,7 +297,7 @@ def plot(records: list[dict], path: Path, n_train: int = N_TRAIN) -> None:
 
     fig = Figure(figsize=(6.5, 4.2))
     ax = fig.subplots()
-    for method, marker in (("RandomFeatureCCA", "s"), ("NystroemCCA", "o"), ("KernelCCA", "^"),
+    for method, marker in ((RCA_FOURIER, "s"), (RCA_NYSTROEM, "o"), (LOBPCG, "^"), (DSGD, "v"),
                            ("linear CCA", "x")):
         rs = [r for r in records if r["method"] == method and "failed" not in r]
         if rs:

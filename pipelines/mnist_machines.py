@@ -6,7 +6,8 @@ once by kernel ridge regression on one-hot codes with 4096 Nyström features, fi
 seeded 90 % of the training digits and scored on the other 10 % (a grid of multiples of
 the median distance and of ``nu``): test digits play no part in any choice.
 
-Methods, one after the other in this process:
+Methods, one after the other in this process (rows labelled with the class and its solver;
+the scikit-learn peers' labels start with "scikit-learn"):
 
 * ``KernelRidge(solver="cg")`` on the ``{-1, +1}`` one-hot codes of the classes,
   predicting the class of the largest output (the squared loss of EigenPro and FALKON),
@@ -15,9 +16,10 @@ Methods, one after the other in this process:
   with ``--augment R``, on an out-of-core Zarr store of ``R x 60,000`` rows: the digits and
   ``R - 1`` randomly deformed copies of each (shifts, small rotations, elastic fields:
   :func:`dsgd_dask.datasets.digit_stream`), the setting where a method whose memory does
-  not grow with the rows can use more of them. Test error after every pass, against the
-  fit's wall time (the test evaluations not counted).
-* ``KernelSVC`` by doubly stochastic steps (``--svc-steps``).
+  not grow with the rows can use more of them. ``--max-passes`` full passes at most (the
+  first, which gathers the right-hand side, included). Test error after every pass of
+  conjugate gradients, against the fit's wall time (the test evaluations not counted).
+* ``KernelSVC(solver="dsgd")``: doubly stochastic steps (``--svc-steps``).
 * scikit-learn ``Nystroem(m)`` and ``RBFSampler(m)``, each followed by ``RidgeClassifier``
   with the same ``nu`` (``alpha = nu n``: the same objective) and, for ``m = 1024``, by
   ``LinearSVC`` (primal, squared hinge, ``C = 1 / (nu n)``; its solver takes minutes per
@@ -91,7 +93,7 @@ def augmented_store(images: np.ndarray, labels: np.ndarray, copies: int, path: P
     return reuse_or_write(path, copies * len(images), SEED, lambda: (images, labels))
 
 
-def run(out: Path, data_home=None, n_features: int = 16384, max_passes: int = 20, augment: int = 0,
+def run(out: Path, data_home=None, n_features: int = 16384, max_passes: int = 21, augment: int = 0,
         svc_steps: int = 2000, svc_rows: int = 20000, peer_sizes=(1024, 4096, 16384), verbose: bool = True,
         sample: bool = False, choose_features: int = 4096, linear_svc_features: int = 1024,
         plain: bool = True, peer_kinds=("Nystroem", "RBFSampler"), augment_features: int | None = None) -> dict:
@@ -99,6 +101,8 @@ def run(out: Path, data_home=None, n_features: int = 16384, max_passes: int = 20
 
     The defaults are the full run. ``sample=True`` reads the subsets shipped with the
     package (the first 5000 training and 2000 test digits) instead of ``mnist.npz``;
+    ``max_passes`` bounds the full passes of the ridge fits (``max_iter``: the first
+    included, so 21 is the first pass and 20 of conjugate gradients);
     ``choose_features`` is the number of Nyström features of the choice (:func:`choose`);
     the peers with at most ``linear_svc_features`` features are also fitted by ``LinearSVC``.
     ``plain=False`` skips the DSGD fit on the 60,000 digits alone (``augment`` fits only);
@@ -134,7 +138,7 @@ def run(out: Path, data_home=None, n_features: int = 16384, max_passes: int = 20
     def record(method, rows, features, error, fit, note=""):
         records.append({"method": method, "rows": rows, "features": features, "test_error": float(error),
                         "fit_seconds": float(fit), "note": note})
-        say(f"{method:>42}: rows {rows:>7}, features {features:>6}, test error {error:.4f}, fit {fit:7.1f} s")
+        say(f"{method:>48}: rows {rows:>7}, features {features:>6}, test error {error:.4f}, fit {fit:7.1f} s")
         write(out, {**head, "results": records, "curves": curves})  # kept as it comes: a stopped run loses nothing
 
     def dsgd_ridge(name, Xfit, Yfit, rows, n_features=n_features):
@@ -142,24 +146,26 @@ def run(out: Path, data_home=None, n_features: int = 16384, max_passes: int = 20
         clock = {"start": time.perf_counter(), "paused": 0.0}
 
         def callback(passes, model):
+            if passes == 1:  # the first pass gathers the right-hand side: no step yet, the zero function
+                return
             t = time.perf_counter()
             curve["seconds"].append(t - clock["start"] - clock["paused"])
             curve["test_error"].append(float((model.evaluate(Xt).argmax(axis=1) != yt).mean()))
-            curve["passes"].append(passes + 1)
+            curve["passes"].append(passes)
             clock["paused"] += time.perf_counter() - t
-            say(f"  {name}: pass {passes + 1}, {curve['seconds'][-1]:.0f} s, test error {curve['test_error'][-1]:.4f}")
+            say(f"  {name}: pass {passes}, {curve['seconds'][-1]:.0f} s, test error {curve['test_error'][-1]:.4f}")
 
         est = KernelRidge(alpha=nu, solver="cg", n_features=n_features, max_iter=max_passes, tol=1e-8,
-                              bandwidth=bandwidth, random_state=SEED)
+                          bandwidth=bandwidth, random_state=SEED)
         est.fit(Xfit, Yfit, callback=callback)
         fit = time.perf_counter() - clock["start"] - clock["paused"]
         curves.append(curve)
         error = float((np.asarray(est.predict(Xt)).argmax(axis=1) != yt).mean())
-        record(name, rows, est.n_features_, error, fit, f"{est.n_passes_} passes")
+        record(name, rows, est.n_features_, error, fit, f"{est.n_iter_} passes")
         return est
 
     if plain:
-        dsgd_ridge("KernelRidge (cg, one-hot)", X, one_hot(y), n)
+        dsgd_ridge('KernelRidge(solver="cg"), one-hot', X, one_hot(y), n)
     if augment > 1:
         import zarr
 
@@ -169,15 +175,15 @@ def run(out: Path, data_home=None, n_features: int = 16384, max_passes: int = 20
         Xa = da.from_zarr(group["X"]).astype(np.float32) / 255
         codes = da.from_zarr(group["y"])
         ya = codes.map_blocks(one_hot, new_axis=1, chunks=(codes.chunks[0], (10,)), dtype=np.float32)
-        dsgd_ridge(f"KernelRidge (cg, one-hot), {augment}x deformed", Xa, ya, augment * n,
+        dsgd_ridge(f'KernelRidge(solver="cg"), one-hot, {augment}x deformed', Xa, ya, augment * n,
                    n_features=augment_features or n_features)
 
     if svc_steps:
         t0 = time.perf_counter()
-        svc = KernelSVC(alpha=nu, n_features=n_features, max_iter=svc_steps, bandwidth=bandwidth,
-                            random_state=SEED).fit(X, y)
+        svc = KernelSVC(alpha=nu, solver="dsgd", n_features=n_features, max_iter=svc_steps, bandwidth=bandwidth,
+                        random_state=SEED).fit(X, y)
         fit = time.perf_counter() - t0
-        record("KernelSVC (steps)", n, svc.n_features_, 1 - svc.score(Xt, yt), fit, f"{svc_steps} steps")
+        record('KernelSVC(solver="dsgd")', n, svc.n_features_, 1 - svc.score(Xt, yt), fit, f"{svc_steps} steps")
 
     for m in peer_sizes:
         for name, make in (("Nystroem", lambda m=m: Nystroem(gamma=gamma, n_components=m, random_state=SEED)),
@@ -191,18 +197,20 @@ def run(out: Path, data_home=None, n_features: int = 16384, max_passes: int = 20
             Zt = mapper.transform(Xt).astype(np.float32)
             t0 = time.perf_counter()
             clf = RidgeClassifier(alpha=nu * n).fit(Z, y)
-            record(f"{name}({m}) + RidgeClassifier", n, m, 1 - clf.score(Zt, yt), t_map + time.perf_counter() - t0)
+            record(f"scikit-learn {name}({m}) + RidgeClassifier", n, m, 1 - clf.score(Zt, yt),
+                   t_map + time.perf_counter() - t0)
             if m <= linear_svc_features:
                 t0 = time.perf_counter()
                 clf = LinearSVC(C=1.0 / (nu * n), dual=False, random_state=SEED).fit(Z, y)
-                record(f"{name}({m}) + LinearSVC", n, m, 1 - clf.score(Zt, yt), t_map + time.perf_counter() - t0)
+                record(f"scikit-learn {name}({m}) + LinearSVC", n, m, 1 - clf.score(Zt, yt),
+                       t_map + time.perf_counter() - t0)
             del Z, Zt, mapper, clf
 
     if svc_rows:
         rows = np.random.default_rng(SEED).permutation(n)[:svc_rows]
         t0 = time.perf_counter()
         svc = SVC(C=10.0, gamma=gamma).fit(X[rows], y[rows])
-        record("SVC (exact), C=10", len(rows), 0, 1 - svc.score(Xt, yt), time.perf_counter() - t0,
+        record("scikit-learn SVC (exact), C=10", len(rows), 0, 1 - svc.score(Xt, yt), time.perf_counter() - t0,
                f"{len(svc.support_)} support vectors")
 
     summary = {**head, "results": records, "curves": curves}
@@ -251,7 +259,8 @@ def main(argv=None) -> None:
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "mnist_machines")
     parser.add_argument("--data-home", default=None, help="directory holding mnist.npz (default: the data home)")
     parser.add_argument("--n-features", type=int, default=16384)
-    parser.add_argument("--max-passes", type=int, default=20, help="conjugate-gradient passes after the first")
+    parser.add_argument("--max-passes", type=int, default=21,
+                        help="full passes of each ridge fit (max_iter), the first (the right-hand side) included")
     parser.add_argument("--augment", type=int, default=0, help="R: also fit on R x 60,000 rows (digits + deformed)")
     parser.add_argument("--svc-steps", type=int, default=2000, help="KernelSVC steps (0: skip)")
     parser.add_argument("--svc-rows", type=int, default=20000, help="training rows of the exact SVC (0: skip)")

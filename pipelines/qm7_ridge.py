@@ -9,15 +9,17 @@ part of the first fold's training rows; every method then uses them (``KernelRid
 = a n)`` and ``KernelRidge(alpha = a)``, the same objective).
 
 Per fold and kernel: exact ``KernelRidge`` on the training molecules; ``KernelRidge``
-(default Nyström blocks) by full-data passes (``solver="cg"``) over the same molecules and,
-with ``--sgd-steps N``, by ``N`` doubly stochastic steps; and, with ``--augment R``, on
+(default Nyström blocks) by full-data passes (``solver="cg"``, at most ``--max-iter`` of
+them, the first included) over the same molecules and, with ``--dsgd-steps N``, by ``N``
+doubly stochastic steps (``solver="dsgd"``); and, with ``--augment R``, on
 ``R`` randomly sorted copies of each training molecule (Montavon et al. 2012; a lazy
 stream), predicting the mean over 10 random sortings of each test molecule: exact kernel
 ridge on those ``R n`` rows (the kernel matrix factored in place, ``8 (R n)^2`` bytes: 4.2
 GB at ``R = 4``; skipped unless twice that is available) and ``KernelRidge`` on the same rows
 (``--augment-features`` Nyström features). Random sortings are what bring kernel ridge
 with the Laplacian kernel below 3.5 kcal/mol (Hansen et al. 2013 report about 3). Mean
-absolute error in kcal/mol and fit time.
+absolute error in kcal/mol and fit time. Rows are labelled with the class and its solver
+(``KernelRidge(solver="cg")``); scikit-learn's with "scikit-learn".
 
 Outputs in ``--out`` (default ``pipelines/results/qm7_ridge``): ``qm7_ridge.json`` and
 ``qm7_ridge.md``. Needs ``qm7.npz`` in the data home. ``run(..., sample=True)`` with small
@@ -128,14 +130,16 @@ def choose(F, y, train, kind, scales=SCALES, alphas=ALPHAS):
     return median * best["scale"], best["alpha"], median, trials
 
 
-def run(out: Path, data_home=None, n_folds: int = 5, max_iter: int = 30, sgd_steps: int = 0, augment: int = 0,
+def run(out: Path, data_home=None, n_folds: int = 5, max_iter: int = 31, dsgd_steps: int = 0, augment: int = 0,
         verbose: bool = True, sample: bool = False, n_features="auto", kernels=("laplacian", "gaussian"),
         scales=SCALES, alphas=ALPHAS, augment_features=None, compute_dtype="float64") -> dict:
     """Choose each kernel's bandwidth and ``alpha``, fit every method per fold; the summary record.
 
     The defaults are the full run. ``sample=True`` reads the packaged subset (the first
-    1000 molecules) instead of the full file; ``n_features`` is the feature budget of the
-    ``KernelRidge`` fits (default: theirs) and ``augment_features`` that of the fits on
+    1000 molecules) instead of the full file; ``max_iter`` bounds the full passes of the
+    ``solver="cg"`` fits (the first included: 31 is the first and 30 of conjugate
+    gradients), ``dsgd_steps`` adds fits by that many steps (0: none); ``n_features`` is
+    the feature budget of the ``KernelRidge`` fits (default: theirs) and ``augment_features`` that of the fits on
     random sortings (default ``n_features``); ``kernels``, ``scales`` (multiples of the
     median distance) and ``alphas`` the kernels and the validation grid. ``compute_dtype``
     is the precision of the DSGD fits: float64 by default, because at the small ``alpha``
@@ -161,7 +165,7 @@ def run(out: Path, data_home=None, n_folds: int = 5, max_iter: int = 30, sgd_ste
     records, chosen = [], {}
     head = {"date": time.strftime("%Y-%m-%d"), "sample": sample, "n_molecules": len(y),
             "representation": "sorted Coulomb matrix, upper triangle", "folds": n_folds, "max_iter": max_iter,
-            "compute_dtype": compute_dtype, "sgd_steps": sgd_steps, "augment": augment,
+            "compute_dtype": compute_dtype, "dsgd_steps": dsgd_steps, "augment": augment,
             "augment_features": augment_features}
     for kind in kernels:
         bandwidth, alpha, median, trials = choose(F, y, splits[0][0], kind, scales, alphas)
@@ -172,19 +176,19 @@ def run(out: Path, data_home=None, n_folds: int = 5, max_iter: int = 30, sgd_ste
                 mae = float(np.abs(pred - y[test]).mean())
                 records.append({"kernel": kind, "fold": i, "method": method, "mae": mae, "fit_seconds": fit,
                                 **extra})
-                say(f"  fold {i} {method:>36}: MAE {mae:6.2f} kcal/mol, fit {fit:7.1f} s")
+                say(f"  fold {i} {method:>50}: MAE {mae:6.2f} kcal/mol, fit {fit:7.1f} s")
                 write(out, {**head, "chosen": chosen, "results": records})  # a stopped run keeps what it measured
 
             pred, fit = exact_ridge(F, y, train, test, kind, bandwidth, alpha)
             record("scikit-learn KernelRidge (exact)", pred, fit)
             mean = y[train].mean()  # the exact fit's offset, so both fit the same centred targets
-            for solver in ("cg",) + (("sgd",) if sgd_steps else ()):
+            for solver in ("cg",) + (("dsgd",) if dsgd_steps else ()):
                 t0 = time.perf_counter()
                 model = KernelRidge(alpha=alpha, solver=solver, kernel=kind, bandwidth=bandwidth,
-                                        max_iter=max_iter if solver == "cg" else sgd_steps, n_features=n_features,
-                                        compute_dtype=compute_dtype, random_state=SEED).fit(F[train], y[train] - mean)
+                                    max_iter=max_iter if solver == "cg" else dsgd_steps, n_features=n_features,
+                                    compute_dtype=compute_dtype, random_state=SEED).fit(F[train], y[train] - mean)
                 fit = time.perf_counter() - t0
-                record(f"KernelRidge, solver={solver}", model.predict(F[test]) + mean, fit,
+                record(f'KernelRidge(solver="{solver}")', model.predict(F[test]) + mean, fit,
                        iterations=int(model.n_iter_), n_features=int(model.n_features_))
             if augment:
                 Fs, ys = coulomb_stream(X[train], y[train], n_rows=augment * len(train), random_state=SEED + i,
@@ -202,11 +206,11 @@ def run(out: Path, data_home=None, n_folds: int = 5, max_iter: int = 30, sgd_ste
                     say(f"  fold {i}: no exact fit on {label}: its {rows:,} x {rows:,} kernel matrix does not fit")
                 t0 = time.perf_counter()
                 model = KernelRidge(alpha=alpha, solver="cg", kernel=kind, bandwidth=bandwidth,
-                                        max_iter=max_iter, n_features=augment_features or n_features,
-                                        compute_dtype=compute_dtype, random_state=SEED).fit(Fs, ys - mean)
+                                    max_iter=max_iter, n_features=augment_features or n_features,
+                                    compute_dtype=compute_dtype, random_state=SEED).fit(Fs, ys - mean)
                 fit = time.perf_counter() - t0
                 pred = mean + np.mean([model.predict(T) for T in tests], axis=0)
-                record(f"KernelRidge, solver=cg, {label}", pred, fit, iterations=int(model.n_iter_),
+                record(f'KernelRidge(solver="cg"), {label}', pred, fit, iterations=int(model.n_iter_),
                        n_features=int(model.n_features_), rows=rows)
     summary = write(out, {**head, "chosen": chosen, "results": records})
     say(summary["table"])
@@ -233,8 +237,9 @@ def main(argv=None) -> None:
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "qm7_ridge")
     parser.add_argument("--data-home", default=None, help="directory holding qm7.npz (default: the data home)")
     parser.add_argument("--folds", type=int, default=5, help="folds to run (of 5)")
-    parser.add_argument("--max-iter", type=int, default=30, help="passes of each solver='cg' fit")
-    parser.add_argument("--sgd-steps", type=int, default=0, help="also fit by this many steps (solver='sgd')")
+    parser.add_argument("--max-iter", type=int, default=31,
+                        help="full passes of each solver='cg' fit (max_iter), the first included")
+    parser.add_argument("--dsgd-steps", type=int, default=0, help="also fit by this many steps (solver='dsgd')")
     parser.add_argument("--augment", type=int, default=0, help="random sortings per training molecule (0: none)")
     parser.add_argument("--n-features", type=int, default=None, help="features of the DSGD fits (default: theirs)")
     parser.add_argument("--augment-features", type=int, default=None,
@@ -242,7 +247,7 @@ def main(argv=None) -> None:
     parser.add_argument("--kernels", nargs="+", default=["laplacian", "gaussian"], choices=["laplacian", "gaussian"])
     parser.add_argument("--compute-dtype", default="float64", choices=["float32", "float64"])
     args = parser.parse_args(argv)
-    run(args.out, data_home=args.data_home, n_folds=args.folds, max_iter=args.max_iter, sgd_steps=args.sgd_steps,
+    run(args.out, data_home=args.data_home, n_folds=args.folds, max_iter=args.max_iter, dsgd_steps=args.dsgd_steps,
         augment=args.augment, n_features=args.n_features or "auto", augment_features=args.augment_features,
         kernels=tuple(args.kernels), compute_dtype=args.compute_dtype)
 

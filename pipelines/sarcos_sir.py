@@ -10,16 +10,20 @@ Data: ``sarcos_test.npz`` (4,449 rows), shuffled with a fixed seed, 80 % for tra
 20 % for testing; inputs standardised on the training rows. Methods, in one run:
 
 * linear regression on the 21 raw inputs;
-* ``KernelSIR`` (Nyström blocks, doubly stochastic steps) with the default settings;
-* random-feature SIR: the same slices, Fourier features of the same kernel and
-  bandwidth at 512 ... 4,096 features, the generalised problem solved exactly on their
-  moments;
-* exact kernel SIR (``ExactKernelSIR``) on the training rows.
+* ``KernelSIR(solver="dsgd")`` (Nyström blocks, doubly stochastic steps) with the default
+  settings;
+* ``KernelSIR(solver="rca", features="fourier")``: random Fourier features of the same
+  kernel and bandwidth at 512 ... 4,096 features, one pass of their moments and slice
+  means, the generalised problem solved exactly on them;
+* ``KernelSIR(solver="rca")``: the same with the default Nyström landmarks (3,072 rows);
+* ``KernelSIR(solver="exact")``: exact kernel SIR on the training rows.
 
-The response is sliced by k-means of the standardised torques (20 slices, seeded), the
-kernel is Gaussian with the median-trick bandwidth, the ridge the estimators' default.
+Every fit has the same seed, hence the same slices, kernel and bandwidth: the response is
+sliced by k-means of the standardised torques (20 slices, seeded), the kernel is Gaussian
+with the median-trick bandwidth, the ridge the estimator's default (the same problem for
+every solver).
 Outputs in ``--out`` (default ``pipelines/results/sarcos_sir``): ``sarcos_sir.json`` and
-``sarcos_sir.png`` (test MSE per method and feature count). About a minute on two cores.
+``sarcos_sir.png`` (test MSE per method and feature count). One to two minutes on two cores.
 """
 
 from __future__ import annotations
@@ -58,28 +62,8 @@ def regression_mse(P_train, Y_train, P_test, Y_test) -> float:
     return float(((reg.predict(P_test) - Y_test) ** 2).mean())
 
 
-def random_feature_sir(X, Y, Xt, spec, slicer, n_features: int, reg: float):
-    """SIR on random Fourier features: slice means of the features, one generalised solve."""
-    from dsgd_dask.features import RandomFeatures
-    from dsgd_dask.rules.solutions import between_slice_covariance, slice_sums, sliced_directions
-
-    features = RandomFeatures(spec, X.shape[1], 256, seed=SEED, dtype="float64")
-    J = -(-n_features // 256)
-
-    def z(rows):
-        return features.transform(rows, 0, J) / np.sqrt(J)  # z(x) . z(y) ~ k(x, y)
-
-    Z = z(X)
-    mean = Z.mean(axis=0)
-    Z -= mean
-    counts, sums = slice_sums(Z, slicer.assign(Y), slicer.n_slices)
-    _, A = sliced_directions(Z.T @ Z / len(Z), between_slice_covariance(counts, sums), reg, K)
-    return Z @ A, (z(Xt) - mean) @ A
-
-
 def run(out: Path, data_home=None, verbose: bool = True) -> dict:
     from dsgd_dask import KernelSIR
-    from dsgd_dask.baselines import ExactKernelSIR
 
     out.mkdir(parents=True, exist_ok=True)
     X, Y, Xt, Yt = load(data_home)
@@ -88,21 +72,21 @@ def run(out: Path, data_home=None, verbose: bool = True) -> dict:
     def record(method, features, fit, mse):
         records.append({"method": method, "features": features, "fit_seconds": fit, "test_mse": mse})
         if verbose:
-            print(f"{method:>22} {features or '':>6}: test MSE {mse:.4f}  fit {fit:6.1f} s", flush=True)
+            print(f"{method:>44} {features or '':>6}: test MSE {mse:.4f}  fit {fit:6.1f} s", flush=True)
+
+    def fit_sir(label, **params):
+        t0 = time.perf_counter()
+        est = KernelSIR(K, n_slices=N_SLICES, random_state=SEED, **params).fit(X, Y)
+        fit = time.perf_counter() - t0
+        record(label, est.n_features_, fit, regression_mse(est.transform(X), Y, est.transform(Xt), Yt))
+        return est
 
     record("linear regression", None, 0.0, regression_mse(X, Y, Xt, Yt))
-    t0 = time.perf_counter()
-    sir = KernelSIR(K, n_slices=N_SLICES, random_state=SEED).fit(X, Y)
-    fit = time.perf_counter() - t0
-    record("KernelSIR", sir.n_features_, fit, regression_mse(sir.transform(X), Y, sir.transform(Xt), Yt))
+    sir = fit_sir('KernelSIR(solver="dsgd")', solver="dsgd")
     for m in RF_FEATURES:
-        t0 = time.perf_counter()
-        P, Pt = random_feature_sir(X, Y, Xt, sir.kernel_, sir.slicer_, m, sir.reg)
-        record("random-feature SIR", m, time.perf_counter() - t0, regression_mse(P, Y, Pt, Yt))
-    t0 = time.perf_counter()
-    exact = ExactKernelSIR(K, bandwidth=sir.bandwidth_, n_slices=N_SLICES, reg=sir.reg, random_state=SEED).fit(X, Y)
-    fit = time.perf_counter() - t0
-    record("exact kernel SIR", len(X), fit, regression_mse(exact.transform(X), Y, exact.transform(Xt), Yt))
+        fit_sir('KernelSIR(solver="rca", features="fourier")', solver="rca", features="fourier", n_features=m)
+    fit_sir('KernelSIR(solver="rca")', solver="rca")
+    fit_sir('KernelSIR(solver="exact")', solver="exact")
     summary = {"date": time.strftime("%Y-%m-%d"), "k": K, "n_slices": N_SLICES, "n_train": len(X),
                "n_test": len(Xt), "bandwidth": sir.bandwidth_, "reg": sir.reg, "slices": sir.slicer_.kind,
                "results": records}
@@ -114,7 +98,7 @@ def run(out: Path, data_home=None, verbose: bool = True) -> dict:
 def plot(records, path: Path) -> None:
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(6.5, 3.8))
+    fig = Figure(figsize=(8, 4.2))
     ax = fig.subplots()
     labels = [f"{r['method']}\n{r['features'] or ''}" for r in records]
     ax.bar(range(len(records)), [r["test_mse"] for r in records], color="tab:blue")

@@ -9,7 +9,7 @@ import xarray as xr
 
 from dsgd_dask import KernelPCA
 
-SMALL = dict(n_features=256, block_size=64, max_iter=10, random_state=0)
+SMALL = dict(block_size=64, max_iter=10, random_state=0)  # the automatic budget: one block of the 60 rows
 
 
 def _kinds(X):
@@ -74,11 +74,14 @@ def test_empty_input():
 @pytest.mark.parametrize(
     ("params", "exc", "match"),
     [
-        ({"n_components": 300, "n_features": 256, "block_size": 256}, ValueError,
+        ({"n_components": 300, "n_features": 256, "block_size": 256, "features": "fourier"}, ValueError,
          "n_components=300 must be <= n_features"),
-        ({"n_components": 70, "n_features": 1024, "block_size": 64, "solver": "oja", "features": "fourier"},
+        ({"n_features": 61}, ValueError, "n_features=61 exceeds the 60 rows"),
+        ({"n_features": 100, "block_size": 64, "features": "fourier"}, ValueError,
+         "n_features=100 is not a multiple of block_size=64"),
+        ({"n_components": 70, "n_features": 1024, "block_size": 64, "solver": "dsgd", "features": "fourier"},
          ValueError, "block_size"),
-        ({"n_components": 70, "n_features": 1024, "block_size": 64}, ValueError,
+        ({"n_components": 70, "block_size": 64}, ValueError,
          r"n_components=70 must be <= n_features=60 \(Nyström features: at most the 60 rows\)"),
         ({"n_components": 0}, ValueError, "n_components must be >= 1"),
         ({"n_components": 2.5}, TypeError, "n_components must be an integer"),
@@ -123,3 +126,43 @@ def test_unknown_dask_chunk_sizes(X):
     data = data[data[:, 0] > -10]  # unknown row counts
     with pytest.raises(ValueError, match="compute_chunk_sizes"):
         KernelPCA(2, **SMALL).fit(data)
+
+
+# -- the kernel machines: impossible solvers and combinations, refused before any work -----------
+
+
+def _raising_scheduler(*args, **kwargs):
+    raise AssertionError("something was computed")
+
+
+@pytest.mark.parametrize(
+    ("cls", "params", "exc", "match"),
+    [
+        ("KernelRidge", {"solver": "sgd"}, ValueError,
+         r"solver must be one of \['auto', 'dsgd', 'cg', 'exact'\] for KernelRidge, got 'sgd'"),
+        ("KernelRidge", {"solver": "exact", "features": "fourier"}, ValueError,
+         r"KernelRidge\(solver='exact'\) takes features in \['nystroem'\], got features='fourier'"),
+        ("KernelRidge", {"solver": "cg", "checkpoint": "ckpt.zarr", "random_state": np.random.RandomState(0)},
+         ValueError, "checkpointing needs random_state to be None or an int"),
+        ("KernelRidge", {"solver": "cg", "features": "fourier", "preconditioner": "landmarks"}, ValueError,
+         "preconditioner='landmarks' needs Nyström features"),
+        ("KernelRidge", {"solver": "cg", "tol": -1.0}, ValueError, "tol must be a finite number >= 0"),
+        ("KernelSVC", {"solver": "cg"}, ValueError, r"solver must be one of \['auto', 'dsgd'\] for KernelSVC"),
+        ("KernelLogisticRegression", {"solver": "exact"}, ValueError,
+         r"solver must be one of \['auto', 'dsgd'\] for KernelLogisticRegression"),
+        ("KernelRidge", {"features": "fourier", "n_features": 100, "block_size": 64}, ValueError,
+         "n_features=100 is not a multiple of block_size=64"),
+        ("KernelRidge", {"alpha": -1.0}, ValueError, "alpha must be a finite number >= 0"),
+    ],
+)
+def test_impossible_machine_parameters(X, tmp_path, monkeypatch, cls, params, exc, match):
+    import dask
+
+    import dsgd_dask
+
+    monkeypatch.chdir(tmp_path)
+    y = np.where(X[:, 0] > 0, 1, -1)
+    Xd, yd = da.from_array(X, chunks=(30, -1)), da.from_array(y, chunks=30)
+    with dask.config.set(scheduler=_raising_scheduler), pytest.raises(exc, match=match):
+        getattr(dsgd_dask, cls)(**params).fit(Xd, yd)
+    assert not (tmp_path / "ckpt.zarr").exists()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -34,6 +35,10 @@ METRICS = {
     "a9a-machines": ("test_accuracy", 0.0, 1.0),
     "qm7-ridge": ("mae", 0.0, math.inf),
 }
+
+
+#: Comparisons whose rows are labelled with the class and solver (ours) or "scikit-learn ..." (the peers).
+LABELLED = ("a9a-machines", "mnist-machines", "qm7-ridge", "svm-mnist8m")
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +80,11 @@ def test_quick_run_writes_consistent_results(name, tmp_path, stores):
     families = {r["method"].split("(")[0].split(" ")[0] for r in rows}
     declared = {m.split("(")[0].split(" ")[0] for m in COMPARISONS[name].methods}
     assert declared <= families
+    if name in LABELLED:
+        # ours by class and solver, e.g. KernelRidge(solver="cg"); the peers as scikit-learn's
+        for r in rows:
+            assert re.match(r'Kernel\w+\(solver="\w+"\)', r["method"]) or r["method"].startswith("scikit-learn "), \
+                r["method"]
 
     table = paths["md"].read_text()
     assert COMPARISONS[name].title in table
@@ -165,7 +175,7 @@ def test_qm7_exact_ridge_on_many_rows_is_kernel_ridge(kind):
     tests = [sorted_coulomb(X[900:950], noise=1.0, random_state=s, dtype="float64") for s in range(2, 5)]
     bandwidth = float(np.median(cdist(F[:200], F[:200], METRIC[kind])))
     pred, _ = exact_ridge_rows(F, target, tests, kind, bandwidth, alpha=1e-6)
-    ref = SkKernelRidge(alpha=1e-6 * len(F), kernel="precomputed").fit(kernel(kind, cdist(F, F, METRIC[kind]), bandwidth),
-                                                                     target)
+    ref = SkKernelRidge(alpha=1e-6 * len(F), kernel="precomputed").fit(
+        kernel(kind, cdist(F, F, METRIC[kind]), bandwidth), target)
     expected = np.mean([ref.predict(kernel(kind, cdist(T, F, METRIC[kind]), bandwidth)) for T in tests], axis=0)
     np.testing.assert_allclose(pred, expected, rtol=1e-8, atol=1e-8 * np.abs(expected).max())

@@ -13,15 +13,15 @@ import numpy as np
 import pytest
 import zarr
 
-from dsgd_dask import KernelPCA
+from dsgd_dask import KernelCCA, KernelPCA, KernelSIR
 
 # the paper's algorithm: checkpoints every few steps (the subspace solver's are in test_subspace.py)
-PARAMS = dict(n_components=3, solver="oja", features="fourier", n_features=1024, block_size=64, batch_size=32,
+PARAMS = dict(n_components=3, solver="dsgd", features="fourier", n_features=1024, block_size=64, batch_size=32,
               max_iter=80, random_state=7)
 
 CHILD = """
 import time, dask.array as da
-from dsgd_dask import KernelPCA
+from dsgd_dask import KernelCCA, KernelPCA
 X = da.from_zarr({store!r})
 KernelPCA(**{params!r}, checkpoint={ckpt!r}, checkpoint_every=4).fit(
     X, callback=lambda step, model: time.sleep(0.15))
@@ -119,3 +119,49 @@ def test_crash_between_renames_recovers(store, tmp_path):
     np.testing.assert_array_equal(full.model_.coef, again.model_.coef)
     assert ckpt.exists()
     assert not list(tmp_path.glob(".ckpt.zarr.*"))
+
+
+# -- two views: the passes of KernelCCA(solver="lobpcg") checkpoint after every pass ------------
+
+LOBPCG = dict(n_components=2, solver="lobpcg", n_features=256, block_size=64, reg=1e-4, tol=1e-7, max_iter=6,
+              random_state=3)
+
+
+def test_lobpcg_interrupted_after_pass_two_resumes_bit_identically(blobs, tmp_path):
+    A, B = blobs[:, :3], blobs[:, 3:]
+    ckpt = str(tmp_path / "ckpt.zarr")
+
+    class Stop(Exception):
+        pass
+
+    def stop_after_two(n_passes, models):
+        if n_passes == 2:
+            raise Stop
+
+    with pytest.raises(Stop):
+        KernelCCA(**LOBPCG, checkpoint=ckpt).fit(A, B, callback=stop_after_two)
+    seen = []
+    resumed = KernelCCA(**LOBPCG, checkpoint=ckpt).fit(A, B, callback=lambda n, models: seen.append(n))
+    reference = KernelCCA(**LOBPCG).fit(A, B)
+    assert seen[0] == 3  # the resumed fit starts after the second pass
+    assert resumed.n_iter_ == reference.n_iter_ >= 3
+    for a, b in zip(resumed.models_, reference.models_, strict=True):
+        np.testing.assert_array_equal(a.coef, b.coef)
+        np.testing.assert_array_equal(a.offset, b.offset)
+    np.testing.assert_array_equal(resumed.correlations_, reference.correlations_)
+    # the passes before the interruption keep their records
+    for key in ("iteration", "rows", "measure", "correlations"):
+        assert [r[key] for r in resumed.convergence_] == [r[key] for r in reference.convergence_]
+
+
+@pytest.mark.parametrize("est", [
+    KernelCCA(2, solver="rca", n_features=64, random_state=3),
+    KernelSIR(2, solver="rca", features="fourier", n_features=64, n_slices=4, random_state=3),
+])
+def test_rca_takes_no_checkpoint(blobs, tmp_path, est):
+    """One pass, an M^2 state: "rca" ignores ``checkpoint`` (documented), and writes nothing there."""
+    ckpt = tmp_path / "ckpt.zarr"
+    A, B = blobs[:, :3], blobs[:, 3:]
+    fitted = est.set_params(checkpoint=str(ckpt)).fit(A, B if isinstance(est, KernelCCA) else B[:, 0])
+    assert not ckpt.exists()
+    assert (fitted.n_iter_, len(fitted.convergence_)) == (1, 1)

@@ -160,6 +160,37 @@ def test_classifier_round_trip_a9a(tmp_path):
     np.testing.assert_array_equal(written[...], ref.predict(Xt[:300]))
 
 
+def test_ridge_solvers_from_the_command_line(tmp_path, capsys):
+    # the solver is a parameter like any other: the exact solve through the stores, and its model
+    # store says which solver ran; the passes checkpoint
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 3))
+    y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=400)
+    write_group(tmp_path / "train.zarr", X=X[:300], y=y[:300])
+    np.save(tmp_path / "test.npy", X[300:])
+    model_path, out = tmp_path / "ridge.zarr", tmp_path / "pred.zarr"
+    ridge_set = ["solver=exact", "alpha=1e-3", "random_state=0"]
+    cli("fit", "ridge", tmp_path / "train.zarr", "--var", "X", "--y", "y", *sets(ridge_set), "--out", model_path,
+        "-q")
+    info = json.loads(cli("info", model_path, "--json").stdout)
+    assert info["fitted"]["solver_"] == "exact"
+    assert info["fitted"]["n_features_"] == 300  # every training row
+    code = main(["predict", str(model_path), str(tmp_path / "test.npy"), "--out", str(out), "-q"])
+    assert code == 0
+    ref = dsgd_dask.KernelRidge(**params(ridge_set)).fit(X[:300], y[:300])
+    np.testing.assert_allclose(zarr.open_group(str(out), mode="r")["prediction"][...], ref.predict(X[300:]),
+                               rtol=0, atol=1e-12)
+    # solver=cg checkpoints after every pass: run again, the fit resumes after its last pass (its seed
+    # saved with it, random_state=None here): the same model
+    for name in ("cg.zarr", "cg-again.zarr"):
+        assert main(["fit", "ridge", str(tmp_path / "train.zarr"), "--var", "X", "--y", "y", "--set", "solver=cg",
+                     "--checkpoint", str(tmp_path / "ckpt.zarr"), "--out", str(tmp_path / name), "-q"]) == 0
+    assert (tmp_path / "ckpt.zarr").exists()
+    first, again = (dsgd_dask.load(tmp_path / name) for name in ("cg.zarr", "cg-again.zarr"))
+    assert first.solver_ == again.solver_ == "cg"
+    np.testing.assert_array_equal(again.model_.coef, first.model_.coef)
+
+
 # -- bad input ---------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):

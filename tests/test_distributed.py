@@ -16,7 +16,7 @@ from distributed import Client, LocalCluster, get_task_stream
 from dsgd_dask import KernelPCA
 
 # the paper's algorithm: chunk tasks of steps and data-parallel steps
-PARAMS = dict(n_components=3, solver="oja", features="fourier", n_features=1024, block_size=128, batch_size=64,
+PARAMS = dict(n_components=3, solver="dsgd", features="fourier", n_features=1024, block_size=128, batch_size=64,
               max_iter=60, random_state=1)
 
 
@@ -138,3 +138,7 @@ def test_sampled_stages_and_passes_on_local_cluster(staged_store):
     assert np.array_equal(model.model_.coef, ref.model_.coef)
     assert np.array_equal(model.eigenvalues_, ref.eigenvalues_)
     assert np.array_equal(model.model_.offset, ref.model_.offset)
+
+
+# -- two views: KernelCCA(solver="lobpcg") and the rca solvers of KernelCCA and KernelSIR on a cluster, with a
+# worker killed during a pass: tests/test_pass_solvers.py (one LocalCluster for every pass solver)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import zarr
 
-from dsgd_dask import KernelPCA, ExactKernelPCA, NystroemPCA, load
-from dsgd_dask.engine.passes import full_pass
+from dsgd_dask import KernelPCA, load
+from dsgd_dask.engine.passes import covariance_request, covariance_times, reduce_pass
 from dsgd_dask.features import KernelSpec, kernel_matrix
 from dsgd_dask.features.nystroem import NystroemFeatures
 from dsgd_dask.features.whitening import JointWhitening
@@ -82,7 +82,7 @@ def test_repeated_landmarks_keep_the_factor_defined():
 
 @pytest.mark.parametrize("center", [True, False])
 @pytest.mark.parametrize("lazy", [False, True])
-def test_full_pass_with_joint_whitening_is_the_dense_covariance_product(center, lazy):
+def test_covariance_pass_with_joint_whitening_is_the_dense_covariance_product(center, lazy):
     rng = np.random.default_rng(6)
     X = rng.normal(size=(700, 5)) + 3.0
     f = _sections(X, X[:64], KernelSpec("gaussian", 2.5), block=32)
@@ -94,7 +94,8 @@ def test_full_pass_with_joint_whitening_is_the_dense_covariance_product(center, 
     dense = Zc.T @ (Zc @ V) / len(Z)
     shift = f.raw_transform(X[:100], 0, 2).mean(axis=0)
     data = da.from_array(X, chunks=(128, 5)) if lazy else X
-    sums = full_pass(DataView(data), f, 2, V, shift, center, token="t", whitening=w)
+    totals = reduce_pass(DataView(data), covariance_request(f, 2, V, shift, whitening=w))
+    sums = covariance_times(totals, f, V, shift, center, whitening=w)
     assert sums.n == 700
     np.testing.assert_allclose(sums.cov_times, dense, rtol=1e-8, atol=1e-10 * np.abs(dense).max())
     np.testing.assert_allclose(sums.mean, mean, rtol=1e-8, atol=1e-10)
@@ -104,12 +105,12 @@ def test_full_pass_with_joint_whitening_is_the_dense_covariance_product(center, 
 
 def test_joint_blocks_equal_one_block_of_all_landmarks(mnist_small):
     # Four blocks of 100 whitened jointly: the same landmarks and the same problem as one
-    # block of 400, and as NystroemPCA(400) (solved exactly): converged in float64, the
+    # block of 400, and as the rca solver on 400 landmarks (solved exactly): converged in float64, the
     # subspaces agree to the convergence tolerance. Blocks whitened each on their own solve
     # another problem, measurably further away.
     X, Xt = mnist_small
     m = 400
-    ny = NystroemPCA(4, n_features=m, random_state=3).fit(X)
+    ny = KernelPCA(4, solver="rca", n_features=m, random_state=3).fit(X)
     common = dict(n_features=m, compute_dtype="float64", tol=1e-12, max_iter=60, random_state=3)
     one = KernelPCA(4, block_size=m, **common).fit(X)
     joint = KernelPCA(4, block_size=100, **common).fit(X)
@@ -127,7 +128,7 @@ def test_joint_whitening_of_every_row_is_exact_kernel_pca(mnist_small):
     # up to the ridge M eps max|K| of float64 (1e-13 against eigenvalues above 1e-2 of K).
     X, Xt = mnist_small
     X = X[:1200]
-    exact = ExactKernelPCA(5, random_state=0).fit(X)
+    exact = KernelPCA(5, solver="exact", random_state=0).fit(X)
     est = KernelPCA(5, n_features=1200, block_size=400, compute_dtype="float64", tol=1e-12,
                         max_iter=60, random_state=0).fit(X)
     assert est._params["whitening"] == "joint"
@@ -140,7 +141,7 @@ def test_default_float32_joint_fit_matches_exact_kernel_pca(mnist_small):
     # ridge of float32 round-off; k = 5 on 3000 digits lands far below the 1e-3 that
     # separates the components (eigengap checked in test_baselines).
     X, Xt = mnist_small
-    exact = ExactKernelPCA(5, random_state=0).fit(X)
+    exact = KernelPCA(5, solver="exact", random_state=0).fit(X)
     est = KernelPCA(5, n_features=2048, block_size=512, random_state=0).fit(X)
     assert est._params["whitening"] == "joint"
     assert principal_angle_sin2(est.transform(Xt), exact.transform(Xt)) < 1e-4
@@ -165,21 +166,27 @@ def test_fitted_joint_model_keeps_landmarks_only(mnist_small, tmp_path):
 
 
 def test_partial_fit_whitens_blocks_and_refuses_steps_on_a_joint_model(mnist_small):
-    # partial_fit takes steps after its first call, and steps need whitened blocks: "auto"
-    # whitens block by block there; an explicitly joint model cannot take steps.
+    # partial_fit takes steps, and steps need whitened blocks: "auto" whitens block by
+    # block there; joint whitening is refused before any work, and a fitted joint model
+    # (of the subspace solver) takes no steps.
     X, _ = mnist_small
     est = KernelPCA(3, n_features=1024, block_size=512, random_state=0).partial_fit(X[:1500])
     assert est._params["whitening"] == "block"
     est.partial_fit(X[1500:])
     joint = KernelPCA(3, n_features=1024, block_size=512, whitening="joint", random_state=0)
-    joint.partial_fit(X[:1500])
+    with pytest.raises(ValueError, match='whitening="joint" needs'):
+        joint.partial_fit(X[:1500])
+    assert not hasattr(joint, "state_")
+    joint.fit(X[:1500])
     assert joint._params["whitening"] == "joint"
     with pytest.raises(ValueError, match="partial_fit"):
         joint.partial_fit(X[1500:])
 
 
 @pytest.mark.parametrize("params", [dict(whitening="joint", features="fourier"),
-                                    dict(whitening="joint", solver="oja"),
+                                    dict(whitening="joint", solver="dsgd"),
+                                    dict(whitening="block", solver="rca"),
+                                    dict(whitening="block", solver="exact"),
                                     dict(whitening="cholesky")])
 def test_bad_whitening(blobs, params):
     with pytest.raises(ValueError, match="whitening"):
@@ -195,4 +202,6 @@ def test_auto_whitening_is_joint_up_to_the_limit(blobs):
     assert big["whitening"] == "block"
     assert big["n_blocks"] > 1
     assert KernelPCA(2, n_features=JOINT_MAX_FEATURES)._check_params(10**6)["whitening"] == "joint"
-    assert KernelPCA(2, solver="oja", n_features=2048)._check_params(10**6)["whitening"] == "block"
+    assert KernelPCA(2, solver="dsgd", n_features=2048)._check_params(10**6)["whitening"] == "block"
+    assert KernelPCA(2, n_features=2048, block_size=512)._check_params(10**6, stream=True)["whitening"] == "block"
+    assert KernelPCA(2, solver="rca", n_features=2048)._check_params(10**6)["whitening"] == "joint"

@@ -44,15 +44,17 @@ def test_loaded_model_keeps_everything(model, blobs, tmp_path):
     assert back.bandwidth_ == model.bandwidth_
     assert back.kernel_ == model.kernel_
     assert back.n_features_in_ == 5
-    # continuing to learn from a loaded model equals continuing the original (steps need
-    # whitened blocks: a jointly whitened model refuses them, loaded or not)
+    # a model of passes takes no steps (partial_fit), loaded or not; continuing to learn from
+    # a loaded model of steps equals continuing the original
+    for m in (model, back):
+        with pytest.raises(ValueError, match="partial_fit"):
+            m.partial_fit(blobs)
     if model.whitening == "joint":
-        for m in (model, back):
-            with pytest.raises(ValueError, match="partial_fit"):
-                m.partial_fit(blobs)
         return
-    a = pickle.loads(pickle.dumps(model)).partial_fit(blobs)
-    b = back.partial_fit(blobs)
+    steps = KernelPCA(**{**model.get_params(), "solver": "dsgd"}).fit(blobs)
+    steps.save(tmp_path / "s.zarr")
+    a = pickle.loads(pickle.dumps(steps)).partial_fit(blobs)
+    b = dsgd_dask.load(tmp_path / "s.zarr").partial_fit(blobs)
     np.testing.assert_array_equal(a.transform(blobs), b.transform(blobs))
 
 
@@ -249,16 +251,91 @@ def test_remote_urls_refused(model, blobs, tmp_path, monkeypatch, url):
     # a checkpoint on such a URL fails before any step
     seen = []
     with pytest.raises(ValueError, match=message):
-        KernelPCA(2, solver="oja", features="fourier", n_features=128, block_size=64, max_iter=20,
+        KernelPCA(2, solver="dsgd", features="fourier", n_features=128, block_size=64, max_iter=20,
                       checkpoint=url, random_state=0).fit(blobs, callback=lambda *a: seen.append(a))
     assert seen == []
     assert list(tmp_path.iterdir()) == []  # nothing written locally under a mangled name
 
 
 def test_checkpoint_at_a_file_url(blobs, tmp_path):
-    params = dict(solver="oja", features="fourier", n_features=128, block_size=64, max_iter=20, random_state=0)
+    params = dict(solver="dsgd", features="fourier", n_features=128, block_size=64, max_iter=20, random_state=0)
     ckpt = tmp_path / "ck.zarr"
     fitted = KernelPCA(2, **params, checkpoint=ckpt.as_uri(), checkpoint_every=5).fit(blobs)
     assert ckpt.is_dir()
     resumed = KernelPCA(2, **params, checkpoint=ckpt.as_uri(), checkpoint_every=5).fit(blobs)
     np.testing.assert_array_equal(resumed.transform(blobs), fitted.transform(blobs))
+
+
+# -- two views: the model of every solver saves and loads; stores of earlier versions load --------
+
+TWO_VIEW_SOLVERS = [("KernelCCA", {"solver": "dsgd"}), ("KernelCCA", {"solver": "lobpcg"}),
+                    ("KernelCCA", {"solver": "rca"}), ("KernelCCA", {"solver": "rca", "features": "fourier"}),
+                    ("KernelCCA", {"solver": "exact"}), ("KernelSVD", {"solver": "exact"})]
+
+
+@pytest.mark.parametrize(("name", "params"), TWO_VIEW_SOLVERS,
+                         ids=[f"{n}-{'-'.join(p.values())}" for n, p in TWO_VIEW_SOLVERS])
+def test_two_view_models_of_every_solver_save_and_load(tmp_path, name, params):
+    X, _ = _data()
+    A, B = X[:, :3], X[:, 3:]
+    est = getattr(dsgd_dask, name)(2, **SMALL, **params).fit(A, B)
+    back = dsgd_dask.load(est.save(tmp_path / "m.zarr"))
+    assert type(back) is type(est)
+    assert back.get_params() == est.get_params()
+    assert (back.solver_, back.n_iter_, back.n_features_) == (est.solver_, est.n_iter_, est.n_features_)
+    assert back.bandwidth_ == est.bandwidth_
+    for a, b in zip(back.transform(A, B), est.transform(A, B), strict=True):
+        np.testing.assert_array_equal(a, b)
+    values = "correlations_" if name == "KernelCCA" else "singular_values_"
+    np.testing.assert_array_equal(getattr(back, values), getattr(est, values))
+    if params["solver"] == "dsgd":  # a loaded model of steps continues as the original does
+        a = pickle.loads(pickle.dumps(est)).partial_fit(A, B)
+        np.testing.assert_array_equal(back.partial_fit(A, B).transform(A), a.transform(A))
+    else:
+        with pytest.raises(ValueError, match=f"partial_fit takes doubly stochastic steps.*solver='{params['solver']}'"):
+            back.partial_fit(A, B)
+
+
+@pytest.mark.parametrize(("old", "new"), [("passes", "lobpcg"), ("steps", "dsgd")])
+def test_kcca_stores_of_earlier_versions_load(tmp_path, old, new):
+    # a store written before the estimators took their problems' names and the solvers their
+    # algorithms': DSGDKernelCCA, solver "passes" or "steps", the public n_passes_
+    X, _ = _data()
+    A, B = X[:, :3], X[:, 3:]
+    est = dsgd_dask.KernelCCA(2, **SMALL, solver=new).fit(A, B)
+    path = est.save(tmp_path / "old.zarr")
+    group = zarr.open_group(str(path), mode="r+")
+    group.attrs["estimator"] = "DSGDKernelCCA"
+    group.attrs["params"] = {**group.attrs["params"], "solver": old}
+    fitted = dict(group.attrs["fitted"])
+    fitted["resolved_params"] = {**fitted["resolved_params"], "solver": old}
+    fitted["n_passes_"] = fitted.pop("n_calls")
+    del fitted["solver_"]
+    group.attrs["fitted"] = fitted
+    back = dsgd_dask.load(path)
+    assert (type(back).__name__, back.solver, back.solver_) == ("KernelCCA", new, new)
+    assert not hasattr(back, "n_passes_")
+    for a, b in zip(back.transform(A, B), est.transform(A, B), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_ksvd_store_of_an_earlier_version_loads(tmp_path):
+    # KernelSVD had no solver parameter: its stores were all of steps
+    X, _ = _data()
+    A, B = X[:, :3], X[:, 3:]
+    est = dsgd_dask.KernelSVD(2, **SMALL).fit(A, B)
+    path = est.save(tmp_path / "old.zarr")
+    group = zarr.open_group(str(path), mode="r+")
+    group.attrs["estimator"] = "DSGDKernelSVD"
+    group.attrs["params"] = {k: v for k, v in group.attrs["params"].items() if k != "solver"}
+    fitted = dict(group.attrs["fitted"])
+    fitted["resolved_params"] = {k: v for k, v in fitted["resolved_params"].items() if k != "solver"}
+    fitted["n_passes_"] = fitted.pop("n_calls")
+    del fitted["solver_"]
+    group.attrs["fitted"] = fitted
+    back = dsgd_dask.load(path)
+    assert (back.solver, back.solver_) == ("auto", "dsgd")
+    for a, b in zip(back.transform(A, B), est.transform(A, B), strict=True):
+        np.testing.assert_array_equal(a, b)
+    # and it continues the stream as the original does
+    np.testing.assert_array_equal(back.partial_fit(A, B).transform(A), est.partial_fit(A, B).transform(A))

@@ -13,7 +13,7 @@ from dsgd_dask.progress import pass_bar, step_bar
 from dsgd_dask.streams.batches import chunk_tasks
 from dsgd_dask.streams.inputs import as_view
 
-OJA = dict(n_components=2, solver="oja", features="fourier", n_features=256, block_size=64, batch_size=32,
+OJA = dict(n_components=2, solver="dsgd", features="fourier", n_features=256, block_size=64, batch_size=32,
            random_state=0)
 
 
@@ -66,7 +66,7 @@ def test_verbose_subspace_fit_writes_a_pass_bar(blobs, capsys):
     # the postfix of the last pass: how far the subspace moved and the estimated error
     last = model.convergence_[-1]
     assert f"change={last['change']:.2e}" in err
-    assert f"est. error={last['estimated_error']:.2e}" in err
+    assert f"est. error={last['measure']:.2e}" in err
     assert _open_bars() == 0
 
 

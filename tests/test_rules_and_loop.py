@@ -14,7 +14,7 @@ from dsgd_dask.rules.base import apply_update
 from dsgd_dask.rules.kpca import pca_rule
 
 #: The paper's algorithm: random Fourier blocks and doubly stochastic steps (what this file tests).
-PAPER = dict(solver="oja", features="fourier")
+PAPER = dict(solver="dsgd", features="fourier")
 
 
 def _features(n=4000, p=12, seed=0):

@@ -89,7 +89,7 @@ def test_features_and_fit_do_not_depend_on_the_thread_count(cache_bytes):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(700, 30)).astype(np.float32)
     spec = KernelSpec("gaussian", 4.0)
-    params = dict(n_components=3, solver="oja", features="fourier", n_features=4096, block_size=256,
+    params = dict(n_components=3, solver="dsgd", features="fourier", n_features=4096, block_size=256,
                   batch_size=128, max_iter=40,
                   cache_bytes=cache_bytes, random_state=5)
     results = {}
@@ -108,7 +108,7 @@ def test_fit_in_another_thread_equals_fit_in_the_main_thread():
     # count: a fit started from a worker thread (a web server, a notebook's background job)
     # must still compute on one BLAS thread, and restore the count afterwards.
     X = np.random.default_rng(1).normal(size=(600, 20)).astype(np.float32)
-    params = dict(n_components=2, solver="oja", features="fourier", n_features=2048, block_size=256,
+    params = dict(n_components=2, solver="dsgd", features="fourier", n_features=2048, block_size=256,
                   batch_size=128, max_iter=30, random_state=2)
     with threadpool_limits(limits=2, user_api="blas"):
         main = KernelPCA(**params).fit(X).model_.coef

@@ -9,8 +9,11 @@ import pytest
 import zarr
 from conftest import KERNEL_CASES, kernel_id
 
-from dsgd_dask import KernelPCA, ExactKernelPCA, NystroemPCA, RandomFeaturePCA, load
-from dsgd_dask.engine.passes import full_pass
+from dsgd_dask import KernelPCA, load
+from dsgd_dask.engine import driver
+from dsgd_dask.engine.checkpoint import Checkpointer, fit_fingerprint
+from dsgd_dask.engine.passes import covariance_request, covariance_times, reduce_pass
+from dsgd_dask.engine.steps import StepState
 from dsgd_dask.features import KernelSpec, RandomFeatures, kernel_matrix
 from dsgd_dask.features.nystroem import NystroemFeatures, kernel_sections
 from dsgd_dask.metrics import principal_angle_sin2
@@ -175,7 +178,7 @@ def test_fold_and_unfold_are_the_whitening():
 @pytest.mark.parametrize("kind", ["nystroem", "fourier"])
 @pytest.mark.parametrize("center", [True, False])
 @pytest.mark.parametrize("lazy", [False, True])
-def test_full_pass_is_the_dense_covariance_product(kind, center, lazy):
+def test_covariance_pass_is_the_dense_covariance_product(kind, center, lazy):
     rng = np.random.default_rng(6)
     X = rng.normal(size=(700, 5)).astype(np.float32) + 3.0
     spec = KernelSpec("gaussian", 2.5)
@@ -190,7 +193,7 @@ def test_full_pass_is_the_dense_covariance_product(kind, center, lazy):
     dense = Zc.T @ (Zc @ V) / len(Z)
     shift = f.raw_transform(X[:100], 0, 2).mean(axis=0)
     data = da.from_array(X, chunks=(128, 5)) if lazy else X
-    sums = full_pass(DataView(data), f, 2, V, shift, center, token="t")
+    sums = covariance_times(reduce_pass(DataView(data), covariance_request(f, 2, V, shift)), f, V, shift, center)
     assert sums.n == 700
     scale = np.abs(dense).max()
     np.testing.assert_allclose(sums.cov_times, dense, atol=2e-5 * scale)
@@ -199,10 +202,15 @@ def test_full_pass_is_the_dense_covariance_product(kind, center, lazy):
 
 # -- the estimator against dense references -----------------------------------------------------
 
+def _rows_read(est) -> list:
+    """The rows each pass of a fit read (the records' ``rows`` count all the rows read so far)."""
+    return np.diff([0] + [e["rows"] for e in est.convergence_]).tolist()
+
+
 @pytest.fixture(scope="module")
 def mnist_exact(mnist_small):
     X, Xt = mnist_small
-    exact = ExactKernelPCA(6, random_state=0).fit(X)
+    exact = KernelPCA(6, solver="exact", random_state=0).fit(X)
     return X, Xt, exact, exact.transform(Xt)
 
 
@@ -213,21 +221,24 @@ def test_default_fit_matches_exact_kernel_pca(mnist_exact, k):
     # (eigengap after 3 and 5 checked in test_baselines), eigenvalues to 1%.
     X, Xt, exact, E = mnist_exact
     est = KernelPCA(k, random_state=0).fit(X)
+    assert est.solver_ == "subspace"  # what "auto" runs in fit
     assert principal_angle_sin2(est.transform(Xt), E[:, :k]) < 1e-3
     np.testing.assert_allclose(est.eigenvalues_, exact.eigenvalues_[:k], rtol=1e-2)
-    assert est.convergence_[-1]["estimated_error"] <= est.tol
-    assert 1 <= est.n_iter_ == len([e for e in est.convergence_ if e["rows"] == X.shape[0]])
+    assert est.convergence_[-1]["measure"] <= est.tol
+    assert 1 <= est.n_iter_ == len([r for r in _rows_read(est) if r == X.shape[0]])
+    assert [e["iteration"] for e in est.convergence_ if not e["stage"]] == list(range(1, est.n_iter_ + 1))
 
 
 def test_converged_single_block_equals_nystroem_pca(mnist_small):
-    # One block of m landmarks, converged: the same problem NystroemPCA(m) solves exactly
+    # One block of m landmarks, converged: the same problem the rca solver solves exactly
     # (same seeded landmark rows), so the subspaces agree to the convergence tolerance.
     X, Xt = mnist_small
     m = 400
-    ny = NystroemPCA(4, n_features=m, random_state=3).fit(X)
+    ny = KernelPCA(4, solver="rca", n_features=m, random_state=3).fit(X)
     est = KernelPCA(4, n_features=m, block_size=m, compute_dtype="float64", tol=1e-12, max_iter=60,
                         random_state=3).fit(X)
-    assert np.array_equal(np.sort(est.model_.features.landmarks, axis=0), np.sort(ny.landmarks_, axis=0))
+    assert np.array_equal(np.sort(est.model_.features.landmarks, axis=0),
+                          np.sort(ny.model_.features.landmarks, axis=0))
     assert principal_angle_sin2(est.transform(Xt), ny.transform(Xt)) < 1e-8
     np.testing.assert_allclose(est.eigenvalues_, ny.eigenvalues_, rtol=1e-8)
 
@@ -235,7 +246,7 @@ def test_converged_single_block_equals_nystroem_pca(mnist_small):
 def test_fourier_subspace_equals_random_feature_pca(mnist_small):
     # Fourier blocks with the subspace solver: linear PCA of the same random features.
     X, Xt = mnist_small
-    rf = RandomFeaturePCA(3, n_features=512, block_size=128, random_state=5).fit(X)
+    rf = KernelPCA(3, solver="rca", features="fourier", n_features=512, block_size=128, random_state=5).fit(X)
     est = KernelPCA(3, features="fourier", n_features=512, block_size=128, tol=1e-12, max_iter=100,
                         random_state=5).fit(X)
     assert principal_angle_sin2(est.transform(Xt), rf.transform(Xt)) < 1e-6
@@ -244,14 +255,14 @@ def test_fourier_subspace_equals_random_feature_pca(mnist_small):
 
 @pytest.mark.parametrize("kernel", ["laplacian", "matern", "arccos"])
 def test_other_kernels_match_exact_kernel_pca(kernel, blobs):
-    exact = ExactKernelPCA(3, kernel=kernel, random_state=0).fit(blobs)
+    exact = KernelPCA(3, solver="exact", kernel=kernel, random_state=0).fit(blobs)
     est = KernelPCA(3, kernel=kernel, random_state=0).fit(blobs)
     # 600 rows: the landmark blocks hold every row, so only the block-wise whitening differs
     assert principal_angle_sin2(est.transform(blobs), exact.transform(blobs)) < 1e-3
 
 
 def test_uncentred_fit_matches_uncentred_exact(blobs):
-    exact = ExactKernelPCA(3, center=False, random_state=0).fit(blobs)
+    exact = KernelPCA(3, solver="exact", center=False, random_state=0).fit(blobs)
     est = KernelPCA(3, center=False, random_state=0).fit(blobs)
     assert principal_angle_sin2(est.transform(blobs), exact.transform(blobs)) < 1e-3
     np.testing.assert_allclose(est.eigenvalues_, exact.eigenvalues_, rtol=1e-2)
@@ -291,10 +302,8 @@ def test_resume_after_an_interrupted_pass(mnist_store, tmp_path, monkeypatch):
     params = dict(n_components=3, n_features=1024, block_size=512, tol=0.0, max_iter=4, random_state=4)
     ckpt = str(tmp_path / "ckpt.zarr")
     reference = KernelPCA(**params).fit(da.from_zarr(mnist_store))
-    from dsgd_dask.estimators import kpca as kpca_module
-
     calls = {"n": 0}
-    real = kpca_module.full_pass
+    real = driver.reduce_pass
 
     def failing(*args, **kwargs):
         calls["n"] += 1
@@ -302,31 +311,55 @@ def test_resume_after_an_interrupted_pass(mnist_store, tmp_path, monkeypatch):
             raise KeyboardInterrupt("interrupted")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(kpca_module, "full_pass", failing)
+    monkeypatch.setattr(driver, "reduce_pass", failing)  # the pass driver's one reduction
     with pytest.raises(KeyboardInterrupt):
         KernelPCA(**params, checkpoint=ckpt).fit(da.from_zarr(mnist_store))
-    monkeypatch.setattr(kpca_module, "full_pass", real)
-    assert zarr.open_group(ckpt, mode="r").attrs["step"] == 2
+    monkeypatch.setattr(driver, "reduce_pass", real)
+    assert zarr.open_group(ckpt, mode="r").attrs["n_passes"] == 2
     resumed = KernelPCA(**params, checkpoint=ckpt).fit(da.from_zarr(mnist_store))
     assert resumed.n_iter_ == reference.n_iter_ == 4
     assert np.array_equal(resumed.model_.coef, reference.model_.coef)
     assert np.array_equal(resumed.eigenvalues_, reference.eigenvalues_)
 
 
-def test_partial_fit_passes_then_steps(mnist_small):
+def test_partial_fit_takes_steps_from_the_first_call(mnist_small):
+    # "auto" streams by doubly stochastic steps, from the first call on: one pass of steps
+    # over the rows given, whitened blocks, the budget exactly.
     X, Xt = mnist_small
     est = KernelPCA(3, n_features=1024, block_size=512, random_state=0)
     est.partial_fit(X[:1500])
+    assert est.solver_ == "dsgd"
+    assert est._params["whitening"] == "block"
+    assert est.n_iter_ == -(-1500 // 256)
+    assert est.convergence_[-1]["iteration"] == est.n_iter_
     first = est.transform(Xt)
-    assert est.n_passes_ >= 1
     est.partial_fit(X[1500:])
+    assert est.n_iter_ == 2 * -(-1500 // 256)
+    assert est.n_features_ == 1024
     assert np.isfinite(est.transform(Xt)).all()
     assert principal_angle_sin2(est.transform(Xt), first) < 0.1  # steps refine, they do not wander off
+
+
+@pytest.mark.parametrize("solver", ["subspace", "rca", "exact"])
+def test_partial_fit_refuses_the_solvers_that_do_not_stream(blobs, solver):
+    with pytest.raises(ValueError, match=f"solver='{solver}' needs all the data at once"):
+        KernelPCA(2, solver=solver).partial_fit(blobs)
+
+
+def test_partial_fit_does_not_continue_a_fit_of_another_solver(blobs):
+    # solver="auto" fits by passes and streams by steps: steps on a model of passes would
+    # switch algorithm silently, so they are refused
+    est = KernelPCA(2, n_features=256, random_state=0).fit(blobs)
+    assert est.solver_ == "subspace"
+    with pytest.raises(ValueError, match="fitted by solver='subspace'"):
+        est.partial_fit(blobs)
 
 
 @pytest.mark.parametrize(("params", "error", "match"), [
     (dict(features="landmarks"), ValueError, "features"),
     (dict(solver="lanczos"), ValueError, "solver"),
+    (dict(solver="oja"), ValueError, "solver must be one of"),  # the steps are "dsgd"
+    (dict(solver="exact", features="fourier"), ValueError, "features"),
     (dict(tol=-1.0), ValueError, "tol"),
     (dict(n_oversamples=-2), ValueError, "n_oversamples"),
     (dict(n_oversamples=1.5), TypeError, "n_oversamples"),
@@ -340,6 +373,46 @@ def test_bad_solver_parameters(blobs, params, error, match):
 def test_too_many_components_for_the_landmarks(blobs):
     with pytest.raises(ValueError, match="n_components"):
         KernelPCA(700).fit(blobs)
+
+
+# -- budgets -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("params", "blocks"), [
+    (dict(n_features=1000), (1, 1000)),
+    (dict(n_features=6000), (2, 3000)),
+    (dict(n_features=10_000), (4, 2500)),  # 3 blocks do not divide it: 4
+    (dict(n_features=1000, block_size=250), (4, 250)),
+    (dict(n_features=256, solver="dsgd"), (1, 256)),  # once 1024 features: a block of the default size
+    (dict(n_features=3000, solver="dsgd"), (3, 1000)),
+    (dict(n_features=1000, features="fourier"), (4, 250)),
+    (dict(n_features=1024, features="fourier"), (4, 256)),
+    (dict(n_features=100, features="fourier", solver="dsgd"), (1, 100)),
+    (dict(n_features=1000, solver="rca"), (1, 1000)),
+    (dict(n_features=4099, solver="rca"), (1, 4099)),  # one set of landmarks: no blocks to split into
+    (dict(n_features=768, features="fourier", solver="rca"), (3, 256)),
+    (dict(n_features=5, solver="exact"), (1, 20_000)),  # every row a landmark: the budget is ignored
+])
+def test_budgets_are_met_exactly(params, blocks):
+    p = KernelPCA(2, **params)._check_params(20_000)
+    assert (p["n_blocks"], p["block_size"]) == blocks
+
+
+@pytest.mark.parametrize(("params", "match"), [
+    (dict(n_features=1000, block_size=64), "not a multiple of block_size=64: use n_features=960 or 1024"),
+    (dict(n_features=4099), "does not split into equal blocks of at most 4096: use n_features=4098 or 4100"),
+    (dict(n_features=1031, solver="dsgd"), "at most 1024: use n_features=1030 or 1032"),
+    (dict(n_features=20_001), "n_features=20001 exceeds the 20000 rows"),
+    (dict(n_features=20_001, solver="rca"), "n_features=20001 exceeds the 20000 rows"),
+])
+def test_budgets_that_cannot_be_met_are_refused(params, match):
+    with pytest.raises(ValueError, match=match):
+        KernelPCA(2, **params)._check_params(20_000)
+
+
+@pytest.mark.parametrize("solver", ["subspace", "dsgd"])
+def test_fitted_model_has_the_budget(blobs, solver):
+    est = KernelPCA(2, solver=solver, n_features=256, max_iter=5, random_state=0).fit(blobs)
+    assert est.n_features_ == est.model_.coef.shape[0] == 256
 
 
 def test_lazy_transform_carries_the_model_once(mnist_small):
@@ -378,19 +451,21 @@ def test_sampled_stages_then_passes_reach_the_converged_subspace(mixture_rows):
     n = X.shape[0]
     params = dict(n_components=4, n_features=512, block_size=256, compute_dtype="float64", random_state=0)
     est = KernelPCA(**params).fit(X)
-    stages = [e for e in est.convergence_ if e["rows"] < n]
+    read = _rows_read(est)
+    stages = [e for e, rows in zip(est.convergence_, read, strict=True) if rows < n]
     assert stages
-    assert stages[0]["pass"] == 0
+    assert stages == [e for e in est.convergence_ if e["stage"]]
+    assert stages[0]["iteration"] == 0
     assert stages[0]["rows"] >= 40_000
-    assert all(e["rows"] <= n // 4 + 32_768 for e in stages)
+    assert all(rows <= n // 4 + 32_768 for rows in read[:len(stages)])
     last = est.convergence_[-1]
-    assert last["rows"] == n
-    assert last["estimated_error"] <= est.tol
+    assert read[-1] == n
+    assert last["measure"] <= est.tol
     assert est.n_iter_ == len(est.convergence_) - len(stages)
     ref = KernelPCA(**params, tol=1e-13, max_iter=30).fit(X)
-    assert ref.convergence_[-1]["estimated_error"] <= 1e-13
+    assert ref.convergence_[-1]["measure"] <= 1e-13
     Xs = X[:5000]
-    assert principal_angle_sin2(est.transform(Xs), ref.transform(Xs)) <= last["estimated_error"]
+    assert principal_angle_sin2(est.transform(Xs), ref.transform(Xs)) <= last["measure"]
     np.testing.assert_allclose(est.eigenvalues_, ref.eigenvalues_, rtol=1e-4)
 
 
@@ -404,8 +479,8 @@ def test_sampled_stages_on_a_zarr_store_are_the_same_on_any_scheduler(mixture_ro
         a = KernelPCA(**params).fit(da.from_zarr(str(tmp_path / "x.zarr")))
     with dask.config.set(scheduler="sync"):
         b = KernelPCA(**params).fit(da.from_zarr(str(tmp_path / "x.zarr")))
-    rows = [e["rows"] for e in a.convergence_]
-    assert rows == [e["rows"] for e in b.convergence_]
+    rows = _rows_read(a)
+    assert rows == _rows_read(b)
     assert 40_000 <= rows[0] < 40_000 + 8192
     assert rows[-1] == X.shape[0]
     assert np.array_equal(a.model_.coef, b.model_.coef)
@@ -421,10 +496,8 @@ def test_resume_after_a_stage_or_a_pass(mixture_rows, tmp_path, monkeypatch, int
     reference = KernelPCA(**params).fit(mixture_rows)
     assert len(reference.convergence_) == 3
     assert reference.convergence_[0]["rows"] < mixture_rows.shape[0]
-    from dsgd_dask.estimators import kpca as kpca_module
-
     calls = {"n": 0, "stop": interrupt_at}
-    real = kpca_module.full_pass
+    real = driver.reduce_pass
 
     def counting(*args, **kwargs):
         calls["n"] += 1
@@ -432,10 +505,10 @@ def test_resume_after_a_stage_or_a_pass(mixture_rows, tmp_path, monkeypatch, int
             raise KeyboardInterrupt("interrupted")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(kpca_module, "full_pass", counting)
+    monkeypatch.setattr(driver, "reduce_pass", counting)
     with pytest.raises(KeyboardInterrupt):
         KernelPCA(**params, checkpoint=ckpt).fit(mixture_rows)
-    assert zarr.open_group(ckpt, mode="r").attrs["step"] == interrupt_at - 1
+    assert zarr.open_group(ckpt, mode="r").attrs["n_passes"] == interrupt_at - 1
     calls.update(n=0, stop=None)
     resumed = KernelPCA(**params, checkpoint=ckpt).fit(mixture_rows)
     assert calls["n"] == 3 - (interrupt_at - 1)
@@ -443,30 +516,24 @@ def test_resume_after_a_stage_or_a_pass(mixture_rows, tmp_path, monkeypatch, int
     assert np.array_equal(resumed.model_.coef, reference.model_.coef)
     assert np.array_equal(resumed.eigenvalues_, reference.eigenvalues_)
     assert np.array_equal(resumed.model_.offset, reference.model_.offset)
+    # the records: those saved, then the passes left (the seconds are the runs' own)
+    untimed = [[{k: v for k, v in e.items() if k != "seconds"} for e in est.convergence_]
+               for est in (resumed, reference)]
+    assert untimed[0] == untimed[1]
 
 
-def test_checkpoint_without_stage_state_is_refused(mixture_rows, tmp_path, monkeypatch):
-    # a checkpoint of the passes without the stage record (an earlier version's) is refused, not misread
-    params = dict(n_components=3, n_features=512, block_size=256, tol=0.0, max_iter=2, random_state=4)
+def test_checkpoint_of_the_old_pass_loop_is_refused(blobs, tmp_path):
+    # the subspace loop before the pass driver saved its state with the step engine's
+    # checkpointer (a StepState and extra arrays): refused, not misread
+    params = dict(n_components=2, n_features=256, tol=0.0, max_iter=2, random_state=4)
     ckpt = tmp_path / "ckpt.zarr"
-    from dsgd_dask.estimators import kpca as kpca_module
-    from dsgd_dask.model.store import read_store, write_store
-
-    real = kpca_module.full_pass
-    calls = {"n": 0}
-
-    def interrupting(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise KeyboardInterrupt("interrupted")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(kpca_module, "full_pass", interrupting)
-    with pytest.raises(KeyboardInterrupt):
-        KernelPCA(**params, checkpoint=str(ckpt)).fit(mixture_rows)
-    monkeypatch.setattr(kpca_module, "full_pass", real)
-    attrs, arrays = read_store(ckpt, "checkpoint")
-    del arrays["stage"]
-    write_store(ckpt, "checkpoint", attrs, arrays, overwrite=True)
-    with pytest.raises(ValueError, match="earlier version"):
-        KernelPCA(**params, checkpoint=str(ckpt)).fit(mixture_rows)
+    est = KernelPCA(**params, checkpoint=str(ckpt))
+    old = Checkpointer(ckpt, 100, fit_fingerprint("KernelPCA", {k: v for k, v in est.get_params().items()
+                                                                if k not in ("verbose", "checkpoint_every")},
+                                                  blobs.shape))
+    old.seed = 4
+    old.save(StepState(np.zeros((256, 14)), 1, 0.0), {"lam": np.ones(2), "mean": np.zeros(256),
+                                                      "done": np.array([False]), "stage": np.array([0, 600, 1]),
+                                                      "shift": np.zeros(256)})
+    with pytest.raises(ValueError, match="written by steps, not by the pass driver"):
+        est.fit(blobs)

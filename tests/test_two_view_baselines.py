@@ -1,5 +1,6 @@
-"""Two-view baselines against independent references: dense CCA/SVD/SIR solves, exact kernel CCA, SVD and
-SIR, randomized (Fourier, Nyström) kernel CCA, and the slices of a response."""
+"""The dense and one-pass solvers of the two-view estimators against independent references: dense CCA/SVD/SIR
+solves, exact kernel CCA, SVD and SIR (``solver="exact"``), randomized (Fourier, Nyström) kernel CCA
+(``KernelCCA(solver="rca")``), and the slices of a response."""
 
 from __future__ import annotations
 
@@ -14,18 +15,12 @@ import xarray as xr
 import zarr
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
+from dsgd_dask import KernelCCA, KernelSIR, KernelSVD
 from dsgd_dask._threads import one_blas_thread
-from dsgd_dask.baselines import (
-    MAX_TWO_VIEW_SAMPLES,
-    ExactKernelCCA,
-    ExactKernelSIR,
-    ExactKernelSVD,
-    NystroemCCA,
-    RandomFeatureCCA,
-)
-from dsgd_dask.baselines.rcca import view_seed
+from dsgd_dask.baselines import MAX_TWO_VIEW_SAMPLES
 from dsgd_dask.datasets import load_mnist, load_sarcos
 from dsgd_dask.features import RandomFeatures, kernel_matrix
+from dsgd_dask.features.nystroem import inverse_sqrt
 from dsgd_dask.metrics import principal_angle_sin2
 from dsgd_dask.rules.solutions import (
     between_slice_covariance,
@@ -35,6 +30,7 @@ from dsgd_dask.rules.solutions import (
     slice_sums,
     sliced_directions,
 )
+from dsgd_dask.streams.batches import view_seed
 from dsgd_dask.streams.slices import Slicer
 
 
@@ -185,7 +181,7 @@ def test_sliced_directions_match_the_generalised_eigenproblem():
 @pytest.fixture(scope="module")
 def exact_cca(mnist_halves):
     L, R, *_ = mnist_halves
-    return ExactKernelCCA(5, reg=1e-3, random_state=0).fit(L[:300], R[:300])
+    return KernelCCA(5, solver="exact", reg=1e-3, random_state=0).fit(L[:300], R[:300])
 
 
 def test_exact_cca_matches_the_dual_eigenproblem(mnist_halves, exact_cca):
@@ -196,8 +192,8 @@ def test_exact_cca_matches_the_dual_eigenproblem(mnist_halves, exact_cca):
     L, R, *_ = mnist_halves
     est = exact_cca
     n, reg = 300, 1e-3
-    _, Kx = _deflated(_centred(kernel_matrix(est.kernel_x_, L[:n])))
-    _, Ky = _deflated(_centred(kernel_matrix(est.kernel_y_, R[:n])))
+    _, Kx = _deflated(_centred(kernel_matrix(est.kernel_[0], L[:n])))
+    _, Ky = _deflated(_centred(kernel_matrix(est.kernel_[1], R[:n])))
     Z = np.zeros_like(Kx)
     lhs = np.block([[Z, Kx @ Ky], [Ky @ Kx, Z]])
     rhs = scipy.linalg.block_diag(Kx @ Kx + n * reg * Kx, Ky @ Ky + n * reg * Ky)
@@ -209,13 +205,15 @@ def test_exact_cca_matches_the_dual_eigenproblem(mnist_halves, exact_cca):
 def test_exact_cca_functions_satisfy_the_rkhs_constraints(mnist_halves, exact_cca):
     # Checked on the functions themselves (the variates on the training rows and the RKHS
     # norms coef^T K~ coef from the kernel matrix), not on the internal coordinates:
-    # Var(f) + reg ||f||^2 = 1, Cov(f_i, g_j) = rho_i delta_ij, variates centred.
+    # Var(f) + reg ||f||^2 = 1, Cov(f_i, g_j) = rho_i delta_ij, variates centred. The models'
+    # coefficients are dual coefficients over the kernel sections at the training rows.
     L, R, *_ = mnist_halves
     est, n, reg = exact_cca, 300, 1e-3
+    assert (est.solver_, est.n_features_, est.n_iter_) == ("exact", n, 1)
     U, V = est.transform(L[:n], R[:n])
-    Kx = _centred(kernel_matrix(est.kernel_x_, L[:n]))
-    Ky = _centred(kernel_matrix(est.kernel_y_, R[:n]))
-    a, b = est.dual_coef_x_, est.dual_coef_y_
+    Kx = _centred(kernel_matrix(est.kernel_[0], L[:n]))
+    Ky = _centred(kernel_matrix(est.kernel_[1], R[:n]))
+    a, b = est.models_[0].coef, est.models_[1].coef
     np.testing.assert_allclose(U, Kx @ a, atol=1e-10)
     np.testing.assert_allclose(U.mean(axis=0), 0.0, atol=1e-10)
     np.testing.assert_allclose(V.mean(axis=0), 0.0, atol=1e-10)
@@ -230,13 +228,13 @@ def test_exact_svd_matches_the_cross_kernel_spectrum(mnist_halves):
     # general eigen-solver; the singular functions are RKHS-orthonormal.
     L, R, *_ = mnist_halves
     n = 300
-    est = ExactKernelSVD(4, random_state=0).fit(L[:n], R[:n])
-    Kx = _centred(kernel_matrix(est.kernel_x_, L[:n]))
-    Ky = _centred(kernel_matrix(est.kernel_y_, R[:n]))
+    est = KernelSVD(4, solver="exact", random_state=0).fit(L[:n], R[:n])
+    Kx = _centred(kernel_matrix(est.kernel_[0], L[:n]))
+    Ky = _centred(kernel_matrix(est.kernel_[1], R[:n]))
     with one_blas_thread():
         ev = np.sort(scipy.linalg.eigvals(Kx @ Ky).real)[::-1][:4]
     np.testing.assert_allclose(est.singular_values_, np.sqrt(ev) / n, rtol=1e-8)
-    a, b = est.dual_coef_x_, est.dual_coef_y_
+    a, b = est.models_[0].coef, est.models_[1].coef
     np.testing.assert_allclose(a.T @ Kx @ a, np.eye(4), atol=1e-8)
     np.testing.assert_allclose(b.T @ Ky @ b, np.eye(4), atol=1e-8)
     U, V = est.transform(L[:n], R[:n])
@@ -255,9 +253,10 @@ def test_exact_sir_matches_the_dual_eigenproblem(sarcos, outputs):
     X, Y = sarcos
     n, k, reg = 400, 4, 1e-3
     y = Y[:n, 1] if outputs == "one torque" else Y[:n]
-    est = ExactKernelSIR(k, n_slices=8, reg=reg, random_state=0).fit(X[:n], y)
+    est = KernelSIR(k, n_slices=8, reg=reg, solver="exact", random_state=0).fit(X[:n], y)
     assert est.slicer_.kind == ("quantiles" if outputs == "one torque" else "kmeans")
-    assert est.n_slices_ == 8
+    assert est.slicer_.n_slices == 8
+    assert (est.solver_, est.n_features_, est.n_iter_) == ("exact", n, 1)
     labels = est.slicer_.assign(y)
     D = sum(np.outer(labels == s, labels == s) / (n * (labels == s).sum()) for s in range(8))
     K = _centred(kernel_matrix(est.kernel_, X[:n]))
@@ -265,9 +264,10 @@ def test_exact_sir_matches_the_dual_eigenproblem(sarcos, outputs):
     lhs = H.T @ K @ D @ K @ H
     rhs = Kd @ Kd / n + reg * Kd
     np.testing.assert_allclose(est.eigenvalues_, _top_eigvals(0.5 * (lhs + lhs.T), rhs, k), rtol=1e-8)
-    # the directions: slice-mean variance lambda_i, unit regularised variance
+    # the directions: slice-mean variance lambda_i, unit regularised variance (the model's
+    # coefficients are dual coefficients over the kernel sections at the training rows)
     F = est.transform(X[:n])
-    a = est.dual_coef_
+    a = est.model_.coef
     np.testing.assert_allclose(F.T @ D @ F, np.diag(est.eigenvalues_), atol=1e-8)
     np.testing.assert_allclose(F.T @ F / n + reg * a.T @ K @ a, np.eye(k), atol=1e-8)
 
@@ -277,7 +277,7 @@ def test_exact_sir_matches_the_dual_eigenproblem(sarcos, outputs):
 @pytest.fixture(scope="module")
 def exact_500(mnist_halves):
     L, R, *_ = mnist_halves
-    return ExactKernelCCA(5, random_state=0).fit(L[:500], R[:500])
+    return KernelCCA(5, solver="exact", random_state=0).fit(L[:500], R[:500])
 
 
 def test_nystroem_with_every_row_as_landmark_is_exact(mnist_halves, exact_500):
@@ -286,9 +286,9 @@ def test_nystroem_with_every_row_as_landmark_is_exact(mnist_halves, exact_500):
     # and sin^2 ~1e-15 (variates on held-out digits); the bounds allow for a different
     # rank cutoff of the two whitenings (eigenvalues below n eps max, suppressed by reg).
     L, R, Lt, Rt = mnist_halves
-    ny = NystroemCCA(5, n_features=500, random_state=0).fit(L[:500], R[:500])
+    ny = KernelCCA(5, solver="rca", n_features=500, random_state=0).fit(L[:500], R[:500])
     ex = exact_500
-    assert (ny.bandwidth_x_, ny.bandwidth_y_) == (ex.bandwidth_x_, ex.bandwidth_y_)  # same seeded sample
+    assert ny.bandwidth_ == ex.bandwidth_  # same seeded sample
     np.testing.assert_allclose(ny.correlations_, ex.correlations_, rtol=1e-6)
     (U, V), (Ue, Ve) = ny.transform(Lt, Rt), ex.transform(Lt, Rt)
     for i in range(1, 6):  # ordered components, not just the subspace
@@ -308,8 +308,9 @@ def test_random_features_approach_exact_cca(mnist_halves, exact_500):
     ex = exact_500
     err = {}
     for m in (128, 1024):
-        rf = RandomFeatureCCA(5, n_features=m, block_size=128, random_state=0).fit(L[:500], R[:500])
-        assert rf.n_features_x_ == rf.n_features_y_ == m
+        rf = KernelCCA(5, solver="rca", features="fourier", n_features=m, block_size=128, random_state=0)
+        rf.fit(L[:500], R[:500])
+        assert rf.n_features_ == rf.models_[0].coef.shape[0] == rf.models_[1].coef.shape[0] == m
         err[m] = np.abs(rf.correlations_ - ex.correlations_).max()
     assert err[1024] < err[128] / 2
     assert err[1024] < 0.03
@@ -318,19 +319,26 @@ def test_random_features_approach_exact_cca(mnist_halves, exact_500):
 
 
 def _explicit_features(est, X, Y):
-    """The features of both views of a fitted RandomFeatureCCA / NystroemCCA, recomputed densely."""
-    if isinstance(est, RandomFeatureCCA):
-        nb = est.n_features_x_ // est.random_features_x_.block_size
-        return tuple(f.transform(V, 0, nb).astype(np.float64) / np.sqrt(nb)
-                     for f, V in ((est.random_features_x_, X), (est.random_features_y_, Y)))
-    return (kernel_matrix(est.kernel_x_, X, est.landmarks_x_) @ est.normalization_x_,
-            kernel_matrix(est.kernel_y_, Y, est.landmarks_y_) @ est.normalization_y_)
+    """The features of both views of a fitted ``KernelCCA(solver="rca")``, recomputed densely, and its
+    directions in them (the model folds the scaling or the whitening into its coefficients)."""
+    out = []
+    for model, V in zip(est.models_, (X, Y), strict=True):
+        f = model.features
+        if est.features == "fourier":
+            nb = est.n_features_ // f.block_size
+            out.append((f.transform(V, 0, nb).astype(np.float64) / np.sqrt(nb), model.coef * np.sqrt(nb)))
+        else:  # kernel sections at the landmarks, whitened by K_LL^{-1/2}: N^T K_LL (N A) = A
+            K = kernel_matrix(f.kernel, f.landmarks)
+            N = inverse_sqrt(K)
+            out.append((kernel_matrix(f.kernel, V, f.landmarks) @ N, N.T @ K @ model.coef))
+    return out
 
 
 @pytest.mark.parametrize("est", [
-    RandomFeatureCCA(4, n_features=192, block_size=64, compute_dtype="float64", random_state=5),
-    NystroemCCA(4, n_features=150, random_state=5),
-], ids=lambda e: type(e).__name__)
+    KernelCCA(4, solver="rca", features="fourier", n_features=192, block_size=64, compute_dtype="float64",
+              random_state=5),
+    KernelCCA(4, solver="rca", n_features=150, random_state=5),
+], ids=lambda e: e.features)
 def test_accumulated_moments_give_the_dense_cca_of_the_features(mnist_halves, est):
     # Fitted chunk by chunk on dask arrays, the result is regularised linear CCA of the
     # explicit features, here solved densely by scipy's generalised eigh (float64
@@ -339,18 +347,18 @@ def test_accumulated_moments_give_the_dense_cca_of_the_features(mnist_halves, es
     L, R, *_ = mnist_halves
     X, Y = L[:600], R[:600]
     est.fit(da.from_array(X, chunks=(128, -1)), da.from_array(Y, chunks=(128, -1)))
-    zx, zy = _explicit_features(est, X, Y)
+    (zx, A), (zy, B) = _explicit_features(est, X, Y)
     mx, my = zx.shape[1], zy.shape[1]
     C = np.cov(np.hstack([zx, zy]).T, bias=True)
     reg = est.reg
     lhs = np.block([[np.zeros((mx, mx)), C[:mx, mx:]], [C[mx:, :mx], np.zeros((my, my))]])
     rhs = scipy.linalg.block_diag(C[:mx, :mx] + reg * np.eye(mx), C[mx:, mx:] + reg * np.eye(my))
     np.testing.assert_allclose(est.correlations_, _top_eigvals(lhs, rhs, 4), rtol=1e-9)
-    assert est.n_samples_seen_ == 600
-    np.testing.assert_allclose(est.x_mean_, zx.mean(axis=0), atol=1e-12)
+    assert (est.solver_, est.n_iter_) == ("rca", 1)
+    assert [(r["iteration"], r["rows"]) for r in est.convergence_] == [(1, 600)]  # one pass over the rows
+    np.testing.assert_allclose(est.models_[0].offset, zx.mean(axis=0) @ A, atol=1e-10)
     # the variates: centred, Var(u) + reg |a|^2 = 1, Cov(u_i, v_j) = rho_i delta_ij
     U, V = est.transform(X, Y)
-    A, B = est.x_weights_, est.y_weights_
     np.testing.assert_allclose(U.mean(axis=0), 0.0, atol=1e-10)
     np.testing.assert_allclose(U.T @ U / 600 + reg * A.T @ A, np.eye(4), atol=1e-8)
     np.testing.assert_allclose(V.T @ V / 600 + reg * B.T @ B, np.eye(4), atol=1e-8)
@@ -359,12 +367,12 @@ def test_accumulated_moments_give_the_dense_cca_of_the_features(mnist_halves, es
 
 def test_views_have_independent_features(mnist_halves):
     L, R, *_ = mnist_halves
-    rf = RandomFeatureCCA(2, n_features=128, random_state=7).fit(L[:100], R[:100])
-    a, b = rf.random_features_x_, rf.random_features_y_
+    rf = KernelCCA(2, solver="rca", features="fourier", n_features=128, random_state=7).fit(L[:100], R[:100])
+    a, b = (m.features for m in rf.models_)
     assert (a.seed, b.seed) == (view_seed(7, 0), view_seed(7, 1))
     assert a.seed != b.seed
     # the documented seeds regenerate the features anywhere
-    again = RandomFeatures(rf.kernel_y_, 392, 256, view_seed(7, 1), "float32", center=b.center)
+    again = RandomFeatures(rf.kernel_[1], 392, 128, view_seed(7, 1), "float32", center=b.center)
     np.testing.assert_array_equal(again.transform(R[:5], 0, 1), b.transform(R[:5], 0, 1))
 
 
@@ -377,13 +385,18 @@ def small_pair(mnist_halves):
 
 
 def _estimators_for_lazy():
-    yield ExactKernelCCA(3, random_state=0), "bitwise"
-    yield NystroemCCA(3, n_features=150, random_state=0), 1e-10
+    yield KernelCCA(3, solver="exact", random_state=0), "bitwise"
+    yield KernelCCA(3, solver="rca", n_features=150, random_state=0), 1e-10
     # float64 features: only the order of the chunk sums differs
-    yield RandomFeatureCCA(3, n_features=128, compute_dtype="float64", random_state=0), 1e-10
+    yield KernelCCA(3, solver="rca", features="fourier", n_features=128, compute_dtype="float64",
+                    random_state=0), 1e-10
 
 
-@pytest.mark.parametrize(("est", "rtol"), list(_estimators_for_lazy()), ids=lambda p: type(p).__name__)
+def _lazy_id(p):
+    return f"{p.solver}-{p.features}" if isinstance(p, KernelCCA) else str(p)
+
+
+@pytest.mark.parametrize(("est", "rtol"), list(_estimators_for_lazy()), ids=_lazy_id)
 def test_dask_and_zarr_inputs_give_the_numpy_fit(tmp_path, small_pair, est, rtol):
     # 400 rows: the seeded sample behind the bandwidths is every row for numpy and lazy
     # inputs alike, in the same order, so only the order of the sums can differ (none for
@@ -399,14 +412,14 @@ def test_dask_and_zarr_inputs_give_the_numpy_fit(tmp_path, small_pair, est, rtol
     ]
     for X, Y in inputs:
         got = est.__class__(**est.get_params()).fit(X, Y)
-        assert (got.bandwidth_x_, got.bandwidth_y_) == (ref.bandwidth_x_, ref.bandwidth_y_)
+        assert got.bandwidth_ == ref.bandwidth_
         if rtol == "bitwise":
             np.testing.assert_array_equal(got.correlations_, ref.correlations_)
         else:
             np.testing.assert_allclose(got.correlations_, ref.correlations_, rtol=rtol)
 
 
-@pytest.mark.parametrize(("est", "rtol"), list(_estimators_for_lazy()), ids=lambda p: type(p).__name__)
+@pytest.mark.parametrize(("est", "rtol"), list(_estimators_for_lazy()), ids=_lazy_id)
 def test_transform_and_score_stay_lazy(small_pair, est, rtol):
     L, R, Lt, Rt = small_pair
     est = est.fit(L, R)
@@ -432,9 +445,9 @@ def test_transform_and_score_stay_lazy(small_pair, est, rtol):
 def test_sir_on_lazy_inputs_and_lazy_transform(sarcos):
     X, Y = sarcos
     X, y = X[:300], Y[:300, 0]
-    ref = ExactKernelSIR(3, n_slices=6, random_state=0).fit(X, y)
-    got = ExactKernelSIR(3, n_slices=6, random_state=0).fit(da.from_array(X, chunks=(70, -1)),
-                                                           da.from_array(y, chunks=70))
+    ref = KernelSIR(3, n_slices=6, solver="exact", random_state=0).fit(X, y)
+    got = KernelSIR(3, n_slices=6, solver="exact", random_state=0).fit(da.from_array(X, chunks=(70, -1)),
+                                                                      da.from_array(y, chunks=70))
     np.testing.assert_array_equal(got.eigenvalues_, ref.eigenvalues_)
     Xd = da.from_array(X[:100], chunks=(30, -1))
     with dask.config.set(scheduler=_refuse):
@@ -451,10 +464,23 @@ def pair():
     return rng.normal(size=(60, 4)), rng.normal(size=(60, 3))
 
 
-TWO_VIEW = [ExactKernelCCA, ExactKernelSVD, RandomFeatureCCA, NystroemCCA]
+def _solver(cls, **fixed):
+    """``cls`` with some parameters fixed, called as the estimator class (``make(2, random_state=0)``)."""
+    def make(n_components=2, **params):
+        return cls(n_components, **fixed, **params)
+
+    make.__name__ = f"{cls.__name__}({', '.join(f'{k}={v!r}' for k, v in fixed.items())})"
+    return make
 
 
-@pytest.mark.parametrize("cls", TWO_VIEW)
+EXACT_CCA = _solver(KernelCCA, solver="exact")
+EXACT_SVD = _solver(KernelSVD, solver="exact")
+RCA_FOURIER = _solver(KernelCCA, solver="rca", features="fourier")
+RCA_NYSTROEM = _solver(KernelCCA, solver="rca")
+TWO_VIEW = [EXACT_CCA, EXACT_SVD, RCA_FOURIER, RCA_NYSTROEM]
+
+
+@pytest.mark.parametrize("cls", TWO_VIEW, ids=lambda c: c.__name__)
 def test_bad_pairs_fail_before_any_work(pair, cls):
     X, Y = pair
     Xd = da.from_array(X, chunks=(20, -1))
@@ -485,16 +511,24 @@ def test_bad_pairs_fail_before_any_work(pair, cls):
 @pytest.mark.parametrize(
     ("cls", "params", "exc", "match"),
     [
-        (RandomFeatureCCA, {"n_components": 300, "n_features": 256}, ValueError,
+        (RCA_FOURIER, {"n_components": 300, "n_features": 256}, ValueError,
          "n_components=300 must be <= n_features=256"),
-        (NystroemCCA, {"n_components": 40, "n_features": 30}, ValueError, "n_components=40 must be <= n_features=30"),
-        (RandomFeatureCCA, {"reg": -1.0}, ValueError, "reg must be a finite number >= 0"),
-        (NystroemCCA, {"bandwidth_y": "mean"}, ValueError, "bandwidth_y must be one of"),
-        (ExactKernelCCA, {"bandwidth_x": [1.0]}, TypeError, "bandwidth_x must be 'median' or a positive number"),
-        (ExactKernelCCA, {"kernel_y": "polynomial"}, ValueError, "unknown kernel 'polynomial'"),
-        (ExactKernelCCA, {"n_components": 61}, ValueError, "n_components=61 must be <= n_samples=60"),
-        (ExactKernelSVD, {"n_components": 0}, ValueError, "n_components must be >= 1"),
+        (RCA_NYSTROEM, {"n_components": 40, "n_features": 30}, ValueError, "n_components=40 must be <= n_features=30"),
+        # one unit and one range of reg for every solver: a ridge > 0 (kernel CCA is ill-posed without it)
+        (RCA_FOURIER, {"reg": -1.0}, ValueError, "reg must be a finite number > 0"),
+        (EXACT_CCA, {"reg": 0.0}, ValueError, "reg must be a finite number > 0"),
+        (RCA_NYSTROEM, {"bandwidth_y": "mean"}, ValueError, "bandwidth_y must be one of"),
+        (EXACT_CCA, {"bandwidth_x": [1.0]}, TypeError, "bandwidth_x must be 'median' or a positive number"),
+        (EXACT_CCA, {"kernel_y": "polynomial"}, ValueError, "unknown kernel 'polynomial'"),
+        (EXACT_CCA, {"n_components": 61}, ValueError, "n_components=61 must be <= n_samples=60"),
+        (EXACT_SVD, {"n_components": 0}, ValueError, "n_components must be >= 1"),
+        (RCA_NYSTROEM, {"n_features": 61}, ValueError,
+         "n_features=61 asks for more Nyström landmarks than the n_samples=60 rows"),
+        (EXACT_SVD, {"features": "fourier"}, ValueError,
+         r"KernelSVD\(solver='exact'\) takes features in \['nystroem'\]"),
+        (_solver(KernelSVD, solver="rca"), {}, ValueError, r"solver must be one of \['auto', 'dsgd', 'exact'\]"),
     ],
+    ids=lambda p: p.__name__ if callable(p) else None,
 )
 def test_impossible_parameters(pair, cls, params, exc, match):
     X, Y = pair
@@ -507,33 +541,36 @@ def test_sir_bad_input(sarcos):
     Xd, yd = da.from_array(X, chunks=(20, -1)), da.from_array(Y, chunks=20)
     with dask.config.set(scheduler=_refuse):
         with pytest.raises(ValueError, match="n_components=5 must be <= n_slices - 1 = 4"):
-            ExactKernelSIR(5, n_slices=5).fit(Xd, yd)
-        with pytest.raises(ValueError, match="y has 8 samples, fewer than n_slices=10"):
-            ExactKernelSIR(2, n_slices=10).fit(Xd[:8], yd[:8])
+            KernelSIR(5, n_slices=5, solver="exact").fit(Xd, yd)
+        with pytest.raises(ValueError, match="n_slices=10 must be <= n_samples=8"):
+            KernelSIR(2, n_slices=10, solver="exact").fit(Xd[:8], yd[:8])
         with pytest.raises(ValueError, match="X has 60 rows, y has 59"):
-            ExactKernelSIR(2).fit(Xd, yd[:-1])
+            KernelSIR(2, solver="exact").fit(Xd, yd[:-1])
         with pytest.raises(ValueError, match="n_slices must be >= 2"):
-            ExactKernelSIR(1, n_slices=1).fit(Xd, yd)
+            KernelSIR(1, n_slices=1, solver="exact").fit(Xd, yd)
+        with pytest.raises(ValueError, match=r"KernelSIR\(solver='exact'\) takes features in \['nystroem'\]"):
+            KernelSIR(2, solver="exact", features="fourier").fit(Xd, yd)
     bad = Y.copy()
     bad[3] = np.nan
     with pytest.raises(ValueError, match="NaN or infinity in y"):
-        ExactKernelSIR(2).fit(X, bad)
+        KernelSIR(2, solver="exact").fit(X, bad)
     with pytest.raises(TypeError, match="real numeric dtype"):
-        ExactKernelSIR(2).fit(X, np.array(["a", "b", "c"] * 20))
+        KernelSIR(2, solver="exact").fit(X, np.array(["a", "b", "c"] * 20))
     # three classes give two directions at most, whatever n_slices says
     with pytest.raises(ValueError, match="y gives only 3 slices"):
-        ExactKernelSIR(3, n_slices=10).fit(X, np.arange(60) % 3)
+        KernelSIR(3, n_slices=10, solver="exact").fit(X, np.arange(60) % 3)
 
 
 def test_size_limit_before_reading_the_data():
     n = MAX_TWO_VIEW_SAMPLES
     X = da.zeros((n + 1, 3), chunks=(2000, 3))
-    for cls in (ExactKernelCCA, ExactKernelSVD):
+    for cls in (EXACT_CCA, EXACT_SVD):
         with dask.config.set(scheduler=_refuse), pytest.raises(
-                ValueError, match=rf"limited to n_samples <= {n} \(got {n + 1}\); use RandomFeatureCCA"):
+                ValueError, match=rf"solver='exact'\) forms dense {n + 1} x {n + 1} kernel matrices and is limited to "
+                                  rf"n_samples <= {n} \(got {n + 1}\); use another solver \(e.g. solver='rca'\)"):
             cls(2).fit(X, X)
     with dask.config.set(scheduler=_refuse), pytest.raises(ValueError, match="limited to n_samples"):
-        ExactKernelSIR(2).fit(X, X[:, 0])
+        KernelSIR(2, solver="exact").fit(X, X[:, 0])
 
 
 # -- the slices ---------------------------------------------------------------------------------
@@ -609,18 +646,23 @@ def test_slicer_rejects_bad_responses():
 
 def _estimators():
     # Small budgets keep each check fast; quality is tested above.
-    yield ExactKernelCCA(n_components=2, random_state=0)
-    yield ExactKernelSVD(n_components=2, random_state=0)
-    yield ExactKernelSIR(n_components=1, n_slices=4, random_state=0)
-    yield RandomFeatureCCA(n_components=2, n_features=64, block_size=32, random_state=0)
-    yield NystroemCCA(n_components=2, n_features=32, random_state=0)
+    yield KernelCCA(n_components=2, solver="exact", random_state=0)
+    yield KernelSVD(n_components=2, solver="exact", random_state=0)
+    yield KernelCCA(n_components=2, solver="rca", features="fourier", n_features=64, block_size=32, random_state=0)
+    yield KernelCCA(n_components=2, solver="rca", n_features=8, random_state=0)  # the checks fit 10 to 30 rows
 
 
 def _expected_failures(estimator):
-    if not hasattr(estimator, "score"):
-        return {}
-    # the check calls score(X, y=...); the second view is named Y, as in fit(X, Y)
-    return {"check_n_features_in_after_fitting": "score takes the second view as Y, not y"}
+    failures = {}
+    if estimator.solver not in ("auto", "dsgd"):
+        # the check calls partial_fit when the class has it: these solvers refuse it (a ValueError
+        # that names the solver that streams), as every estimator's non-streaming solvers do
+        for check in ("check_fit_score_takes_y", "check_n_features_in_after_fitting"):
+            failures[check] = f"partial_fit refuses solver={estimator.solver!r}"
+    if hasattr(estimator, "score"):
+        # the check calls score(X, y=...); the second view is named Y, as in fit(X, Y)
+        failures["check_n_features_in_after_fitting"] = "score takes the second view as Y, not y"
+    return failures
 
 
 @parametrize_with_checks(list(_estimators()), expected_failed_checks=_expected_failures)

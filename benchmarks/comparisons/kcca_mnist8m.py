@@ -3,13 +3,14 @@
 The papers' MNIST8M two-view benchmark (Xie, Liang & Song 2015: DSGD-KCCA with 20,480
 features, top-50 test correlation 43.5; random-feature CCA 4096 → 41.5; Nyström 4096 →
 42.7). View ``x`` is the left 14 columns of each digit (392 pixels), view ``y`` the right
-14. ``KernelCCA`` (full-data passes, Nyström blocks) reads both halves of the first
-``rows`` rows of the out-of-core store chunk by chunk, until its passes converge or its
-wall-time budget is spent; ``NystroemCCA`` and ``RandomFeatureCCA`` hold their
-``(m_x + m_y)^2`` moments and their subsample, and each pass costs them ``4 n m^2``
-products: they get subsamples of the same rows. Quality: the sum of the top-``k``
-canonical correlations on the 10,000 MNIST test digits (``score``). One ridge for every
-method, chosen on held-out training digits with ``NystroemCCA(1024)`` (as
+14. ``KernelCCA(solver="lobpcg")`` (full-data passes, Nyström blocks) reads both halves of
+the first ``rows`` rows of the out-of-core store chunk by chunk, until its passes converge
+or its wall-time budget is spent; ``KernelCCA(solver="rca")`` with Nyström or Fourier
+features holds its ``(m_x + m_y)^2`` moments and its subsample, and each pass costs it
+``4 n m^2`` products: it gets subsamples of the same rows. Quality: the sum of the
+top-``k`` canonical correlations on the 10,000 MNIST test digits (``score``). One ridge
+``reg`` (the same objective for every solver), chosen on held-out training digits with
+``KernelCCA(solver="rca", features="nystroem", n_features=1024)`` (as
 ``pipelines/mnist_halves.py`` does).
 """
 
@@ -22,21 +23,22 @@ import numpy as np
 from benchmarks.comparisons._digits import SEED, Budget, OutOfBudget, digit_store, store_arrays, subsample, test_digits
 from benchmarks.runner import Comparison, PeakMemory, Report, register
 
-BOTH = ("NystroemCCA", "RandomFeatureCCA")
+BOTH = ("nystroem", "fourier")
 #: ``rows``: the first rows of the store (the 60,000 digits and 3 deformed copies of each).
-#: A pass of the DSGD solver at 8192 features per view costs ``n M (d + 3q)`` products per
-#: view (``q`` about 160): in float64, about 80 s per 240k rows here, and at the ridge
-#: chosen on 2026-11-25 (1e-7) the passes needed 18 to converge (1460 s): these rows fit
-#: the budget. 8192 features per view: the two landmark preconditioners hold 1 GiB
+#: The ``dsgd_*`` keys configure ``KernelCCA(solver="lobpcg")``: a pass at 8192 features per
+#: view costs ``n M (d + 3q)`` products per view (``q`` about 160): in float64, about 80 s
+#: per 240k rows here, and at the ridge chosen on 2026-11-25 (1e-7) the passes needed 18 to
+#: converge (1460 s): these rows fit the budget. 8192 features per view: the two landmark preconditioners hold 1 GiB
 #: (16,384 would hold 4 GiB).
-#: ``dsgd_dtype``: the DSGD features in float64, as the peers' are. The ridge lands at the
+#: ``dsgd_dtype``: the passes' features in float64, as the peers' are. The ridge lands at the
 #: small end of the grid (1e-6 … 1e-7 of a unit-variance function), where float32 sections
 #: (relative round-off 6e-8, plus the precision ridge scaled to it) cost accuracy: 43.48
 #: in float32 against 44.32 in float64 on the same 240k rows at 1e-6, for twice the time
 #: per pass.
-#: Peers: ``(m, rows, methods)``; ``RandomFeatureCCA(8192)`` needed 23 GB on 54k rows.
+#: Peers: ``(m, rows, features)`` of ``solver="rca"``; with Fourier features at 8192 it needed
+#: 23 GB on 54k rows.
 FULL = {"k": 50, "rows": 240_000, "dsgd_features": 8192, "dsgd_dtype": "float64", "dsgd_seconds": 1800.0,
-        "peers": [(4096, 120_000, BOTH), (8192, 60_000, ("NystroemCCA",))],
+        "peers": [(4096, 120_000, BOTH), (8192, 60_000, ("nystroem",))],
         "reg_grid": (1e-3, 1e-4, 1e-5, 1e-6, 1e-7), "reg_rows": 60_000}
 QUICK = {"k": 5, "rows": None, "dsgd_features": 512, "dsgd_dtype": "float64", "dsgd_seconds": 60.0,
          "peers": [(256, 4096, BOTH)], "reg_grid": (1e-3, 1e-5), "reg_rows": 4096}
@@ -47,7 +49,6 @@ RIGHT = LEFT + 14
 
 def measure(ctx) -> Report:
     from dsgd_dask import KernelCCA
-    from dsgd_dask.baselines import NystroemCCA, RandomFeatureCCA
     from dsgd_dask.metrics import paired_correlations
 
     cfg = ctx.config(FULL, QUICK)
@@ -58,12 +59,12 @@ def measure(ctx) -> Report:
     Xt, _ = test_digits(ctx)
     TL, TR = Xt[:, LEFT], Xt[:, RIGHT]
 
-    # the ridge: NystroemCCA(1024) on training digits, scored on other training digits
+    # the ridge: KernelCCA(solver="rca", n_features=1024) on training digits, scored on other training digits
     Xs, _ = subsample(X, y, min(n, 2 * cfg["reg_rows"]), seed=SEED + 1)
     half = len(Xs) // 2
     trials = []
     for reg in cfg["reg_grid"]:
-        est = NystroemCCA(k, n_features=min(1024, half), reg=reg, random_state=SEED)
+        est = KernelCCA(k, solver="rca", n_features=min(1024, half), reg=reg, random_state=SEED)
         est.fit(Xs[:half][:, LEFT], Xs[:half][:, RIGHT])
         trials.append((est.score(Xs[half:][:, LEFT], Xs[half:][:, RIGHT]), reg))
     reg = max(trials)[1]
@@ -76,49 +77,50 @@ def measure(ctx) -> Report:
         return {"correlation_sum": float(paired_correlations(fx.evaluate(TL), fy.evaluate(TR)).sum())}
 
     budget = Budget(cfg["dsgd_seconds"], score_of)
-    est = KernelCCA(k, reg=reg, n_features=cfg["dsgd_features"], compute_dtype=cfg["dsgd_dtype"],
-                        random_state=SEED)
+    est = KernelCCA(k, reg=reg, solver="lobpcg", n_features=cfg["dsgd_features"], compute_dtype=cfg["dsgd_dtype"],
+                    random_state=SEED)
     with PeakMemory() as mem:
         try:
             est.fit(XL, XR, callback=budget)
-            score, stop = est.score(TL, TR), f"converged (tol) after {est.n_passes_} passes"
+            score, stop = est.score(TL, TR), f"converged (tol) after {est.n_iter_} passes"
         except OutOfBudget:
             score = budget.curve[-1]["correlation_sum"]
             stop = f"wall-time budget ({cfg['dsgd_seconds']:.0f} s) spent after {budget.curve[-1]['n']} passes"
-    rows.append({"method": f"KernelCCA({cfg['dsgd_dtype']} features)", "rows": n,
+    rows.append({"method": f'KernelCCA(solver="lobpcg", {cfg["dsgd_dtype"]} features)', "rows": n,
                  "features": cfg["dsgd_features"], "correlation_sum": score,
                  "seconds": budget.seconds, "peak_rss_gib": mem.peak / 2**30, "stopped": stop})
     curves["KernelCCA"] = budget.curve
-    ctx.log(f"KernelCCA: {score:.2f} in {budget.seconds:.0f} s ({stop})")
+    ctx.log(f'KernelCCA(solver="lobpcg"): {score:.2f} in {budget.seconds:.0f} s ({stop})')
     ctx.keep(rows)
 
-    classes = {"NystroemCCA": NystroemCCA, "RandomFeatureCCA": RandomFeatureCCA}
-    for m, n_sub, names in cfg["peers"]:
+    for m, n_sub, kinds in cfg["peers"]:
         n_sub = min(n_sub, n)
         Xs, _ = subsample(X, y, n_sub)
-        for name in names:
-            cls = classes[name]
+        for kind in kinds:
+            name = f'KernelCCA(solver="rca", features="{kind}", n_features={m})'
             with PeakMemory() as mem:
                 t0 = time.perf_counter()
-                est = cls(k, n_features=m, reg=reg, random_state=SEED).fit(Xs[:, LEFT], Xs[:, RIGHT])
+                est = KernelCCA(k, solver="rca", features=kind, n_features=m, reg=reg, random_state=SEED)
+                est.fit(Xs[:, LEFT], Xs[:, RIGHT])
                 seconds = time.perf_counter() - t0
             score = est.score(TL, TR)
-            rows.append({"method": f"{name}({m})", "rows": n_sub, "features": m, "correlation_sum": score,
+            rows.append({"method": name, "rows": n_sub, "features": m, "correlation_sum": score,
                          "seconds": seconds, "peak_rss_gib": mem.peak / 2**30,
                          "stopped": "one pass of 4 n m^2 products over a subsample in memory; see the notes"})
-            ctx.log(f"{name}({m}) on {n_sub:,} rows: {score:.2f} in {seconds:.0f} s")
+            ctx.log(f"{name} on {n_sub:,} rows: {score:.2f} in {seconds:.0f} s")
             ctx.keep(rows)
         del Xs
 
     peer = max(rows[1:], key=lambda r: r["correlation_sum"])
     dsgd = rows[0]
-    notes = [f"Top-{k} test correlation sum: DSGD {dsgd['correlation_sum']:.2f} on {n:,} rows; best peer "
-             f"{peer['method']} on {peer['rows']:,} rows {peer['correlation_sum']:.2f}: "
-             f"{'DSGD ahead' if dsgd['correlation_sum'] > peer['correlation_sum'] else 'the peer is ahead'}.",
+    notes = [f"Top-{k} test correlation sum: {dsgd['method']} {dsgd['correlation_sum']:.2f} on {n:,} rows; best "
+             f"peer {peer['method']} on {peer['rows']:,} rows {peer['correlation_sum']:.2f}: "
+             f"{'the passes are ahead' if dsgd['correlation_sum'] > peer['correlation_sum'] else 'the peer is ahead'}"
+             ".",
              "Papers (MNIST8M): DSGD-KCCA 20,480 features 43.5; random-feature CCA 4096 41.5; Nyström 4096 42.7.",
-             "Peers' sizes: a NystroemCCA pass costs 4 n m^2 products, so 8192 landmarks get the smallest "
-             "subsample (about 15 GB resident on 54k rows in pipelines/mnist_halves.py); RandomFeatureCCA(8192) "
-             "needed 23 GB there, the edge of this machine, and is not run."]
+             'Peers\' sizes: a pass of KernelCCA(solver="rca") costs 4 n m^2 products, so 8192 Nyström landmarks '
+             "get the smallest subsample (about 15 GB resident on 54k rows in pipelines/mnist_halves.py); 8192 "
+             "Fourier features needed 23 GB there, the edge of this machine, and are not run."]
 
     def figure(path):
         import matplotlib.pyplot as plt
@@ -126,7 +128,8 @@ def measure(ctx) -> Report:
         fig, ax = plt.subplots(figsize=(7.5, 4.6))
         c = curves["KernelCCA"]
         if c:
-            ax.plot([p["seconds"] for p in c], [p["correlation_sum"] for p in c], marker=".", label="KernelCCA")
+            ax.plot([p["seconds"] for p in c], [p["correlation_sum"] for p in c], marker=".",
+                    label=rows[0]["method"])
         for r in rows[1:]:
             ax.scatter(r["seconds"], r["correlation_sum"], marker="x", label=f"{r['method']}, {r['rows']:,} rows")
         ax.set_xscale("log")
@@ -149,7 +152,8 @@ def measure(ctx) -> Report:
 register(Comparison(
     name="kcca-mnist8m", title="Kernel CCA of the halves of 8.1M deformed digits",
     data="MNIST8M-like Zarr store, left/right 14 pixel columns; MNIST test digits",
-    methods=("KernelCCA", "NystroemCCA", "RandomFeatureCCA"),
-    budgets=("DSGD: passes over the first 240k rows, 8192 features per view, until converged or 30 min; "
-             "peers: m = 4096 on 120k rows, Nyström m = 8192 on 60k rows"),
+    methods=('KernelCCA(solver="lobpcg")', 'KernelCCA(solver="rca", features="nystroem")',
+             'KernelCCA(solver="rca", features="fourier")'),
+    budgets=('KernelCCA(solver="lobpcg"): passes over the first 240k rows, 8192 features per view, until converged '
+             'or 30 min; solver="rca": m = 4096 on 120k rows, Nyström m = 8192 on 60k rows'),
     measure=measure))

@@ -22,8 +22,8 @@ def check_dense_size(n_samples: int, name: str) -> None:
     if n_samples > MAX_SAMPLES:
         raise ValueError(
             f"{name} forms the dense {n_samples} x {n_samples} kernel matrix and is limited to "
-            f"n_samples <= {MAX_SAMPLES} (got {n_samples}); use KernelPCA, RandomFeaturePCA or "
-            "NystroemPCA for larger data, or fit on a subsample"
+            f"n_samples <= {MAX_SAMPLES} (got {n_samples}); use KernelPCA with solver='subspace', 'rca' or "
+            "'dsgd' for larger data, or fit on a subsample"
         )
 
 

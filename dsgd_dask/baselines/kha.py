@@ -92,7 +92,7 @@ class KernelHebbianPCA(_DenseKernelEstimator):
 
     See Also
     --------
-    ExactKernelPCA : the direct solution of the same problem.
+    KernelPCA : ``solver="exact"``: the direct solution of the same problem.
     excess_reconstruction_error : the quality measure of the paper.
 
     Notes
@@ -118,10 +118,10 @@ class KernelHebbianPCA(_DenseKernelEstimator):
     Examples
     --------
     >>> import numpy as np
-    >>> from dsgd_dask.baselines import ExactKernelPCA, KernelHebbianPCA
+    >>> from dsgd_dask import KernelHebbianPCA, KernelPCA
     >>> X = np.random.default_rng(0).normal(size=(200, 3))
     >>> kha = KernelHebbianPCA(n_components=2, bandwidth=1.5, max_iter=30, random_state=0).fit(X)
-    >>> exact = ExactKernelPCA(n_components=2, bandwidth=1.5).fit(X)
+    >>> exact = KernelPCA(n_components=2, solver="exact", bandwidth=1.5).fit(X)
     >>> bool(np.allclose(kha.eigenvalues_, exact.eigenvalues_, rtol=0.05))
     True
     """
@@ -288,7 +288,7 @@ def excess_reconstruction_error(K, A, *, min_error: float | None = None) -> floa
         The (centred) kernel matrix, symmetric positive semi-definite.
     A : ndarray of shape (r, n)
         Expansion coefficients, e.g. :attr:`KernelHebbianPCA.coef_`, or
-        ``(ExactKernelPCA.eigenvectors_ / sqrt(n * ExactKernelPCA.eigenvalues_)).T``.
+        ``(U / sqrt(mu)).T`` for the top unit eigenvectors ``U`` of ``K`` and their eigenvalues ``mu``.
     min_error : float, optional
         ``E_min = sqrt(sum_{i > r} mu_i^2)`` over the eigenvalues ``mu`` of ``K``, when
         already known (e.g. to trace many iterates); otherwise computed from all

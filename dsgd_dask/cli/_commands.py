@@ -375,7 +375,7 @@ def cmd_info(args) -> int:
         inputs += f", feature dim {fitted['feature_dim_']!r}"
     lines.append(f"input          {inputs}")
     lines.append(f"fitted         outputs={fitted.get('n_outputs')}, n_features_={fitted.get('n_features_')}, "
-                 f"n_iter_={fitted.get('n_iter_')}, n_passes_={fitted.get('n_passes_')}, seed_={fitted.get('seed_')}"
+                 f"n_iter_={fitted.get('n_iter_')}, solver_={fitted.get('solver_')}, seed_={fitted.get('seed_')}"
                  + (f", bandwidth_={fitted['bandwidth_']:.6g}" if isinstance(fitted.get("bandwidth_"), float) else ""))
     for name, vals in info["values"].items():
         lines.append(f"{name + '_':<15}{' '.join(f'{v:.4g}' if isinstance(v, float) else str(v) for v in vals)}")

@@ -35,8 +35,9 @@ def run_demo(out, seed: int = 0, verbose: bool = True) -> dict:
     """Write 1-D Gaussian data to a Zarr store, fit ``KernelPCA`` (k = 3) on it, compare with the closed form.
 
     Two fits of the uncentred kernel PCA with the Gaussian kernel of bandwidth 1 on
-    ``x ~ N(0, 1)``: the default full-data passes (Nyström blocks), and the papers'
-    doubly stochastic steps (random Fourier blocks, Oja steps). The first is saved as a
+    ``x ~ N(0, 1)``: ``solver="subspace"`` (full-data passes over Nyström blocks, what
+    ``"auto"`` runs), and ``solver="dsgd"`` (the papers' doubly stochastic steps over
+    random Fourier blocks). The first is saved as a
     model store for the other commands to use. About ten seconds.
 
     Parameters
@@ -68,7 +69,7 @@ def run_demo(out, seed: int = 0, verbose: bool = True) -> dict:
     X = da.from_zarr(str(data))
     fits = {
         "passes": {"solver": "subspace", "features": "nystroem", "n_features": 512},
-        "steps": {"solver": "oja", "features": "fourier", "n_features": 4096, "block_size": 64, "batch_size": 64,
+        "steps": {"solver": "dsgd", "features": "fourier", "n_features": 4096, "block_size": 64, "batch_size": 64,
                   "max_iter": 512, "eta0": 0.7, "eta_decay": 0.02},
     }
     truth = analytic_eigenvalues(1.0, 1.0, N_COMPONENTS)
@@ -89,7 +90,7 @@ def run_demo(out, seed: int = 0, verbose: bool = True) -> dict:
         print(f"{N_SAMPLES:,} samples of N(0, 1) in {data}; Gaussian kernel, bandwidth 1, k = {N_COMPONENTS}")
         print(f"{'':<34}" + "".join(f"{'λ' + str(i):>10}" for i in range(N_COMPONENTS)) + f"{'seconds':>10}")
         print(f"{'closed form':<34}" + "".join(f"{v:>10.4f}" for v in truth))
-        labels = {"passes": "full-data passes (default)", "steps": "doubly stochastic steps (oja)"}
+        labels = {"passes": 'KernelPCA(solver="subspace")', "steps": 'KernelPCA(solver="dsgd")'}
         for name, fit in summary["fits"].items():
             print(f"{labels[name]:<34}" + "".join(f"{v:>10.4f}" for v in fit["eigenvalues"])
                   + f"{fit['seconds']:>10.1f}")

@@ -1,13 +1,17 @@
 """Kernel ridge regression by full-data passes: preconditioned conjugate gradients.
 
 The coefficients ``A`` (``M x c``) of ``f(x) = z(x) A`` minimise
-``E[|f(x) - y|^2] / 2 + alpha/2 |A|^2``, i.e. solve ``(E[z z^T] + alpha I) A = E[z y^T]``.
+``E[|f(x) - y|^2] / 2 + alpha/2 ||f||_H^2 = E[|f(x) - y|^2] / 2 + alpha/2 tr(A^T P A)``,
+i.e. solve ``(E[z z^T] + alpha P) A = E[z y^T]``: ``P = W^T K_LL W`` for Nyström features
+(the kernel's own RKHS norm on the landmarks' span, :class:`RKHSPenalty`), ``P = J I`` for
+``J`` Fourier blocks (the norm under their average kernel).
 A first pass over the rows gives the right-hand side (and, for the block-Jacobi
 preconditioner, the diagonal blocks ``E[z_b z_b^T]`` of every feature block: ``M m``
 numbers, bounded like the features); each later pass multiplies the full matrix by the
-search directions without forming it (:func:`~dsgd_dask.engine.passes.full_pass`, a tree
-reduction over row chunks that runs on every worker at once). Preconditioned, conjugate
-gradients converge geometrically where stochastic steps converge as ``O(1/t)``.
+search directions without forming it. :class:`CGSolver` runs these passes on the pass
+driver (:func:`~dsgd_dask.engine.driver.run_passes`: one reduction over the row chunks on
+every worker at once, a checkpoint after every pass). Preconditioned, conjugate gradients
+converge geometrically where stochastic steps converge as ``O(1/t)``.
 
 Two preconditioners:
 
@@ -23,6 +27,11 @@ Two preconditioners:
   ``W`` the block-diagonal whitening), coupling the blocks. Its inverse (plus
   ``alpha``) by one Cholesky factorisation: no data pass, ``M^2`` float64 of memory
   (made in place), ``O(M^3)`` time once, ``O(M^2 c)`` per pass.
+
+The steps (``solver="dsgd"``) reach the same function through :class:`JointNystroemBlocks`:
+the landmarks whitened together and split into blocks whose average kernel is the
+Nyström kernel of all ``M`` landmarks, so the RKHS norm the steps penalise is the one the
+passes penalise.
 """
 
 from __future__ import annotations
@@ -32,9 +41,12 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 
-from dsgd_dask._threads import map_ordered, one_blas_thread, scratch
-from dsgd_dask.engine.passes import features_in_graph, reduce_row_chunks, slice_rows
-from dsgd_dask.streams.inputs import DataView
+from dsgd_dask._linalg import small_eigh
+from dsgd_dask._threads import map_ordered, one_blas_thread
+from dsgd_dask.engine.driver import Update
+from dsgd_dask.engine.passes import PassTotals, covariance_request, covariance_times, moment_request, ridge_moments
+from dsgd_dask.features.nystroem import NystroemFeatures
+from dsgd_dask.model.expansion import KernelExpansion
 
 
 @dataclass
@@ -44,63 +56,6 @@ class RidgeSums:
     n: int
     blocks: np.ndarray | None
     cross: np.ndarray
-
-
-def slab_ridge_sums(S: np.ndarray, features, n_blocks: int, x_cols: slice, y_cols: slice,
-                    with_blocks: bool = True) -> np.ndarray:
-    """Packed sums ``[sum z_b^T z_b (all blocks, with_blocks), sum z y^T, rows]`` of one slab of stacked rows.
-
-    Without ``with_blocks`` the cross sums are over the raw features ``r`` (``sum r y^T``,
-    whitened once by :func:`ridge_pass`): the rows skip the whitening products.
-    """
-    m = features.block_size
-    M = n_blocks * m
-    c = y_cols.stop - y_cols.start
-    blocks = np.zeros((n_blocks if with_blocks else 0, m, m))
-    cross = np.zeros((M, c))
-    step = slice_rows(M)
-    with one_blas_thread():
-        for r0 in range(0, S.shape[0], step):
-            part = S[r0:r0 + step]
-            x = part[:, x_cols]
-            Z = features.transform(x, 0, n_blocks) if with_blocks else features.raw_transform(x, 0, n_blocks)
-            # float64 copies at a fixed alignment: the same BLAS path (and bits) in any process;
-            # block by block of features, so the copy is rows x m, not rows x M
-            yd = scratch("ridge-y", (Z.shape[0], c), np.float64)
-            np.copyto(yd, part[:, y_cols])
-            Zd = scratch("ridge-z", (Z.shape[0], m), np.float64)
-            for b in range(n_blocks):
-                zb = Z[:, b * m:(b + 1) * m]
-                if with_blocks:
-                    blocks[b] += zb.T @ zb
-                np.copyto(Zd, zb)
-                cross[b * m:(b + 1) * m] += Zd.T @ yd
-    return np.concatenate([blocks.ravel(), cross.ravel(), [S.shape[0]]])
-
-
-def ridge_pass(view: DataView, features, n_blocks: int, x_cols: slice, y_cols: slice, token: str = "",
-               features_ref=None, with_blocks: bool = True) -> RidgeSums:
-    """One pass over the stacked rows of ``view`` (inputs in ``x_cols``, targets in ``y_cols``).
-
-    Without ``with_blocks`` only the right-hand side, ``E[z y^T] = N^T E[r y^T]`` from the
-    raw features ``r`` (the blocks' moments and the rows' whitening are skipped: ``2 n M m``
-    fewer multiply-adds).
-    """
-    m = features.block_size
-    M = n_blocks * m
-    c = y_cols.stop - y_cols.start
-    nb = n_blocks * m * m if with_blocks else 0
-    fkey = features
-    if view.is_dask:
-        fkey = features_in_graph(features, token, features_ref)
-    total = reduce_row_chunks(view, slab_ridge_sums, (fkey, n_blocks, x_cols, y_cols, with_blocks), nb + M * c + 1,
-                              "dsgd-ridge-pass")
-    n = total[-1]
-    blocks = total[:nb].reshape(n_blocks, m, m) / n if with_blocks else None
-    cross = total[nb:-1].reshape(M, c) / n
-    if not with_blocks:
-        cross = features.unfold(cross)
-    return RidgeSums(round(n), blocks, cross)
 
 
 class BlockJacobi:
@@ -418,3 +373,241 @@ class CGState:
         nb = np.linalg.norm(b, axis=0)
         nr = np.linalg.norm(self.r, axis=0)
         return float(np.max(np.divide(nr, nb, out=np.zeros_like(nr), where=nb > 0)))
+
+
+class JointNystroemBlocks(NystroemFeatures):
+    """All ``M`` landmarks whitened together, in ``J`` blocks of ``m`` features: the steps' Nyström features.
+
+    ``z(x) = sqrt(J) k(x, L) K_LL^{-1/2}`` (the symmetric inverse square root, on the
+    eigenvalues of ``K_LL`` above ``M eps max |K_ij|``, ``eps`` of the features'
+    precision), block ``t`` its columns ``t m`` to ``(t + 1) m``. Then
+    ``sum_t z_t(x) . z_t(y) = J k_L(x, y)``, ``k_L`` the Nyström kernel of all the
+    landmarks: the blocks' *average* kernel is ``k_L``, and ``f = z A`` has
+    ``||f||_H^2 = J |A|^2``. The steps shrink every block and feed one, so they minimise
+    ``E[l(f(x), y)] + nu/2 J |A|^2``: the same objective as the passes
+    (:class:`RKHSPenalty`) and, with every row a landmark, as kernel ridge regression
+    itself. Blocks whitened each on its own (:class:`~dsgd_dask.features.nystroem.NystroemFeatures`)
+    would average ``J`` Nyström kernels of ``m`` landmarks instead, a different (and
+    coarser) kernel for ``J > 1``.
+
+    The symmetric root spreads every direction of ``K_LL`` over all the blocks, so each
+    block has about the second moment of one block whitened on its own (``K_tt / m``),
+    and the step scale of the first block holds for all. The coefficients are those of
+    all the blocks (a block's features need the sections of all the landmarks).
+
+    Costs: one eigendecomposition of ``K_LL`` (``O(M^3)``, ``3 M^2`` float64 of memory while
+    it runs) per fit; the root is kept in float64 (coefficients) and in the features'
+    precision (rows); a step's block costs the kernel sections of all the landmarks and
+    ``2 B M m`` multiply-adds for ``B`` rows.
+
+    Parameters
+    ----------
+    kernel, landmarks, block_size, seed, dtype, center
+        As for :class:`~dsgd_dask.features.nystroem.NystroemFeatures`.
+    root : ndarray of shape (M, M), optional
+        ``sqrt(J) K_LL^{-1/2}``; computed from the landmarks when not given.
+    """
+
+    def __init__(self, kernel, landmarks, block_size: int, seed: int, dtype="float32", center=None,
+                 root: np.ndarray | None = None):
+        super().__init__(kernel, landmarks, block_size, seed, dtype, center=center, whiten=False)
+        self.raw_are_features = False  # a block's features mix the sections of every landmark
+        self.root = np.ascontiguousarray(self._joint_root() if root is None else root, dtype=np.float64)
+        M = self.landmarks.shape[0]
+        if self.root.shape != (M, M):
+            raise ValueError(f"root must have shape {(M, M)}, got {self.root.shape}")
+        self._root_rows = self.root.astype(self.dtype)
+
+    @classmethod
+    def of(cls, features: NystroemFeatures) -> JointNystroemBlocks:
+        """The joint blocks of the landmarks (and kernel, seed, precision, centre) of ``features``."""
+        return cls(features.kernel, features.landmarks, features.block_size, features.seed, features.dtype,
+                   center=features.center)
+
+    def sections(self) -> NystroemFeatures:
+        """The kernel sections on the same landmarks (``whiten=False``): the features of :meth:`fold` coefficients."""
+        return NystroemFeatures(self.kernel, self.landmarks, self.block_size, self.seed, self.dtype,
+                                center=self.center, whiten=False)
+
+    def _joint_root(self) -> np.ndarray:
+        M = self.landmarks.shape[0]
+        K = self.landmark_kernel(0, M)
+        if not np.isfinite(K).all():
+            raise ValueError("the kernel is not finite on the landmarks; check the bandwidth")
+        K += K.T
+        K *= 0.5
+        scale = float(np.abs(K).max(initial=0.0))
+        s, u = small_eigh(K)
+        del K
+        keep = s > scale * M * np.finfo(self.dtype).eps
+        u = u[:, keep]
+        with one_blas_thread():
+            return (u / np.sqrt(s[keep] / self.max_blocks)) @ u.T
+
+    def transform(self, X, start_block: int, stop_block: int) -> np.ndarray:
+        """Features of blocks ``[start_block, stop_block)``: the sections of every landmark times the root's columns."""
+        m = self.block_size
+        S = self.raw_transform(X, 0, self.max_blocks)
+        with one_blas_thread():
+            return S @ self._root_rows[:, start_block * m:stop_block * m]
+
+    def apply(self, Xp, page, out=None):
+        raise NotImplementedError("joint Nyström blocks are evaluated by transform (the sections of every landmark)")
+
+    def _check_rows(self, a: np.ndarray) -> np.ndarray:
+        a = np.asarray(a, dtype=np.float64)
+        if a.shape[0] != self.root.shape[0]:
+            raise ValueError(f"joint Nyström blocks take coefficients of all {self.root.shape[0]} features, "
+                             f"got {a.shape[0]} rows")
+        return a
+
+    def fold(self, coef: np.ndarray) -> np.ndarray:
+        """Coefficients of the blocks as coefficients of the kernel sections: ``root A``."""
+        with one_blas_thread():
+            return self.root @ self._check_rows(coef)
+
+    def unfold(self, grad: np.ndarray) -> np.ndarray:
+        """Sums over kernel sections as sums over the blocks' features: ``root^T G`` (the root is symmetric)."""
+        with one_blas_thread():
+            return self.root.T @ self._check_rows(grad)
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "whitening": "joint"}
+
+
+#: The state's arrays whose memory layout :class:`CGSolver` keeps across a checkpoint.
+_LAID_OUT = ("b", "x", "r", "p")
+
+
+def _fortran(a: np.ndarray) -> bool:
+    return bool(a.flags.f_contiguous and not a.flags.c_contiguous)
+
+
+def _in_layout(state: dict) -> list[np.ndarray]:
+    """``b, x, r, p`` of a :class:`CGSolver` state in the memory layout they had when it was made.
+
+    The directions ``p`` come from the preconditioner's Cholesky solves in Fortran order; a
+    checkpoint stores C order. The layout picks the BLAS path (and so the bits) of the
+    products with them, so a resumed fit restores it to end where an uninterrupted one does.
+    """
+    return [np.asfortranarray(state[k]) if flag else state[k]
+            for k, flag in zip(_LAID_OUT, state["fortran"], strict=True)]
+
+
+class CGSolver:
+    """Preconditioned conjugate gradients for kernel ridge regression, a pass solver of the driver.
+
+    Solves ``(E[z z^T] + alpha P) A = E[z y^T]`` (:mod:`the module <dsgd_dask.engine.ridge>`)
+    by full-data passes of :func:`~dsgd_dask.engine.driver.run_passes` over the stacked rows
+    (inputs in ``cols[0]``, targets in ``cols[1]``):
+
+    * the first pass (:func:`~dsgd_dask.engine.passes.moment_request`) gathers the
+      right-hand side ``b = E[z y^T]`` and, for block-Jacobi, each block's ``E[z_b z_b^T]``;
+      the iterate is then zero and the measure ``1`` (an iteration: ``max_iter`` counts it);
+    * every later pass (:func:`~dsgd_dask.engine.passes.covariance_request` on the input
+      columns) multiplies ``E[z z^T]`` by the search directions, and one step of conjugate
+      gradients (:class:`CGState`) follows.
+
+    The state (what a checkpoint keeps): ``b``, ``blocks`` (block-Jacobi only: the
+    preconditioner is rebuilt from them on resume), the conjugate gradients' ``x``,
+    ``r``, ``p``, ``rz``, and ``fortran``, the memory layout of ``b, x, r, p`` (restored
+    on resume: it picks the BLAS path of the products, and so their bits). The
+    preconditioner and the penalty are made once per run, from the features and the
+    first pass's sums, in this process: the same on any scheduler.
+    The measure is :meth:`CGState.relative_residual`, the largest ``|r_j| / |b_j|``.
+
+    Parameters
+    ----------
+    features : NystroemFeatures or RandomFeatures
+        The feature blocks (each Nyström block whitened on its own).
+    n_blocks : int
+        ``J``: blocks in use, ``M = J m``.
+    cols : tuple of slice
+        The input and the target columns of the stacked rows.
+    alpha : float
+        The regulariser.
+    shift : ndarray of shape (M,)
+        Subtracted from the raw features in the passes (their mean on a sample: float32
+        sums without cancellation); any value gives the same products up to round-off.
+    preconditioner : {"block", "landmarks"}
+        :class:`BlockJacobi` or (Nyström features) :class:`LandmarkPreconditioner`.
+    ridge : float, default=0.0
+        Nyström features: the precision ridge (:func:`precision_ridge`) of the penalty
+        :class:`RKHSPenalty`; Fourier features have ``P = J I``.
+    tol : float, default=0.0
+        :meth:`done` once the measure is at most ``tol``.
+    """
+
+    name = "cg"
+    measure_name = "relative_residual"
+
+    def __init__(self, features, n_blocks: int, cols: tuple, alpha: float, shift: np.ndarray, preconditioner: str,
+                 ridge: float = 0.0, tol: float = 0.0):
+        if preconditioner not in ("block", "landmarks"):
+            raise ValueError(f"preconditioner must be 'block' or 'landmarks', got {preconditioner!r}")
+        self.nystroem = isinstance(features, NystroemFeatures)
+        if preconditioner == "landmarks" and not self.nystroem:
+            raise ValueError("the landmark preconditioner needs Nyström features")
+        self.features, self.n_blocks = features, int(n_blocks)
+        self.x_cols, self.y_cols = cols
+        self.alpha, self.shift, self.ridge, self.tol = float(alpha), shift, float(ridge), float(tol)
+        self.preconditioner = preconditioner
+        self._system = None
+
+    def _blocks(self) -> bool:
+        return self.preconditioner == "block"
+
+    def system(self, blocks: np.ndarray | None = None) -> tuple:
+        """``(precondition, penalty)``: made on first use (``blocks``: each block's moment, for block-Jacobi)."""
+        if self._system is None:
+            f, J, alpha = self.features, self.n_blocks, self.alpha
+            if self.nystroem:
+                # the RKHS norm of f itself: Nyström kernel ridge on all M landmarks
+                if self.preconditioner == "landmarks":
+                    precondition = LandmarkPreconditioner(f, J, alpha, rkhs=True, ridge=self.ridge)
+                    # the same system as block-Jacobi's: the factor's floor stays in the preconditioner
+                    penalty = RKHSPenalty(f, J, alpha, self.ridge, gram=precondition.gram)
+                else:
+                    penalty = RKHSPenalty(f, J, alpha, self.ridge)
+                    precondition = BlockJacobi(blocks, 0.0, penalty.block_diagonal())
+            else:
+                # J blocks each approximate the kernel: |f|^2 = J |A|^2
+                precondition = BlockJacobi(blocks, alpha * J)
+
+                def penalty(P, ridge=alpha * J):
+                    return ridge * P
+            self._system = precondition, penalty
+        return self._system
+
+    def start(self) -> dict:
+        return {}
+
+    def plan(self, state: dict):
+        if "b" not in state:  # the right-hand side
+            return moment_request(self.features, self.n_blocks, self.x_cols, self.y_cols, with_blocks=self._blocks())
+        return covariance_request(self.features, self.n_blocks, state["p"], self.shift, cols=self.x_cols)
+
+    def update(self, state: dict, totals: PassTotals) -> Update:
+        if "b" not in state:
+            sums = ridge_moments(totals, self.features, with_blocks=self._blocks())
+            b = sums.cross
+            precondition, _ = self.system(sums.blocks)
+            cg = CGState.start(b, precondition)
+            kept = {"blocks": sums.blocks} if self._blocks() else {}
+        else:
+            b, x, r, p = _in_layout(state)
+            precondition, penalty = self.system(state.get("blocks"))
+            Ap = covariance_times(totals, self.features, p, self.shift, False).cov_times
+            cg = CGState(x.copy(order="K"), r.copy(order="K"), p, state["rz"].copy())
+            cg.advance(Ap + penalty(cg.p), precondition)
+            kept = {"blocks": state["blocks"]} if "blocks" in state else {}
+        new = {"b": b, **kept, "x": cg.x, "r": cg.r, "p": cg.p, "rz": cg.rz}
+        new["fortran"] = np.array([_fortran(new[k]) for k in _LAID_OUT])
+        return Update(new, cg.relative_residual(b))
+
+    def done(self, record: dict) -> bool:
+        return record["measure"] <= self.tol
+
+    def model(self, state: dict) -> KernelExpansion:
+        """What the callback gets: the current function (zero after the first pass)."""
+        return KernelExpansion(self.features, state["x"])

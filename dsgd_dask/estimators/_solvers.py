@@ -17,9 +17,9 @@ work is done.
 
 from __future__ import annotations
 
-import time
-
-import numpy as np
+# the records are made by the pass driver and the step runner alike: re-exported here
+from dsgd_dask.engine.driver import Clock as Clock
+from dsgd_dask.engine.driver import record as record
 
 #: For each estimator, its solvers and the ``features`` each solver accepts. ``"exact"``
 #: takes every training row as a landmark: it accepts the default ``features="nystroem"``
@@ -30,7 +30,7 @@ SOLVERS: dict[str, dict[str, tuple[str, ...]]] = {
     "KernelSVD": {"dsgd": ("nystroem", "fourier"), "exact": ("nystroem",)},
     "KernelCCA": {"dsgd": ("nystroem", "fourier"), "lobpcg": ("nystroem",), "rca": ("nystroem", "fourier"),
                   "exact": ("nystroem",)},
-    "KernelSIR": {"dsgd": ("nystroem", "fourier"), "exact": ("nystroem",)},
+    "KernelSIR": {"dsgd": ("nystroem", "fourier"), "rca": ("nystroem", "fourier"), "exact": ("nystroem",)},
     "KernelRidge": {"dsgd": ("nystroem", "fourier"), "cg": ("nystroem", "fourier"), "exact": ("nystroem",)},
     "KernelSVC": {"dsgd": ("nystroem", "fourier")},
     "KernelLogisticRegression": {"dsgd": ("nystroem", "fourier")},
@@ -41,7 +41,8 @@ ITERATION: dict[str, str] = {
     "dsgd": "one step: one mini-batch of rows and one block of features",
     "subspace": "one full-data pass of block subspace iteration (sampled stages before the passes not counted)",
     "lobpcg": "one full-data pass of the preconditioned block eigensolver",
-    "cg": "one full-data pass of preconditioned conjugate gradients",
+    "cg": ("one full-data pass: the first (which gathers the right-hand side) counts, and each later one is a "
+           "step of preconditioned conjugate gradients"),
     "rca": "the single full-data pass of the feature moments",
     "exact": "the single dense solve on the n x n kernel matrix",
 }
@@ -79,19 +80,3 @@ def check_partial_fit(estimator) -> None:
     if solver not in ("auto", "dsgd"):
         raise ValueError(f"partial_fit takes doubly stochastic steps over the rows given; solver={solver!r} "
                          "needs all the data at once: call fit, or use solver='dsgd' (or 'auto') to stream")
-
-
-def record(iteration: int, rows: int, seconds: float, measure: float, **extra) -> dict:
-    """One ``convergence_`` record: the :data:`RECORD_KEYS` first, then the solver's own entries."""
-    return {"iteration": int(iteration), "rows": int(rows), "seconds": float(seconds),
-            "measure": float(measure) if measure is not None else float(np.nan), **extra}
-
-
-class Clock:
-    """Seconds since the start of a fit, for ``convergence_`` records."""
-
-    def __init__(self):
-        self.start = time.perf_counter()
-
-    def __call__(self) -> float:
-        return time.perf_counter() - self.start

@@ -14,7 +14,7 @@ from contextlib import nullcontext
 import numpy as np
 
 from dsgd_dask._validation import check_int
-from dsgd_dask.engine.checkpoint import Checkpointer, fit_fingerprint
+from dsgd_dask.engine.checkpoint import Checkpointer, PassCheckpoint, fit_fingerprint
 from dsgd_dask.engine.loop import run_plan
 from dsgd_dask.estimators._base import RandomFeatureEstimatorMixin
 from dsgd_dask.estimators._solvers import Clock, record
@@ -84,18 +84,37 @@ class StepEstimatorMixin(RandomFeatureEstimatorMixin):
     ``_rule``, ``_config``, ``_params``, ``seed_`` and ``state_``.
     """
 
+    def _checkpoint_fingerprint(self, data_shape: tuple) -> str:
+        """What a checkpoint of this fit must agree on: class, parameters (not ``verbose``), data shape."""
+        params = {k: v for k, v in self.get_params().items() if k not in ("verbose", "checkpoint_every")}
+        if not (params["random_state"] is None or isinstance(params["random_state"], int | np.integer)):
+            raise ValueError("checkpointing needs random_state to be None or an int, so a resumed fit "
+                             "regenerates the same features")
+        return fit_fingerprint(type(self).__name__, params, data_shape)
+
     def _checkpointer(self, data_shape: tuple) -> tuple[Checkpointer | None, tuple | None]:
         """The checkpointer of this fit and ``(seed, state)`` of an existing checkpoint of it."""
         if self.checkpoint is None:
             return None, None
         every = check_int(self.checkpoint_every, "checkpoint_every")
-        params = {k: v for k, v in self.get_params().items() if k not in ("verbose", "checkpoint_every")}
-        if not (params["random_state"] is None or isinstance(params["random_state"], int | np.integer)):
-            raise ValueError("checkpointing needs random_state to be None or an int, so a resumed fit "
-                             "regenerates the same features")
-        path = local_path(self.checkpoint, "checkpoint")
-        ckpt = Checkpointer(path, every, fit_fingerprint(type(self).__name__, params, data_shape))
+        fingerprint = self._checkpoint_fingerprint(data_shape)
+        ckpt = Checkpointer(local_path(self.checkpoint, "checkpoint"), every, fingerprint)
         return ckpt, ckpt.existing()
+
+    def _pass_checkpoint(self, data_shape: tuple) -> PassCheckpoint | None:
+        """The pass driver's checkpoint of this fit (``None`` without ``checkpoint``).
+
+        Use: ``ckpt = self._pass_checkpoint(shape)``; ``saved = ckpt.load()`` before
+        initialising (``saved.seed`` is the seed of the fit being resumed, ``None`` when
+        there is no checkpoint); then set ``ckpt.seed = self.seed_`` and hand ``ckpt`` to
+        :func:`~dsgd_dask.engine.driver.run_passes`. The fingerprint is that of the step
+        engine's checkpoints (:meth:`_checkpointer`); which of the two wrote a checkpoint is
+        saved with it, and the other refuses it.
+        """
+        if self.checkpoint is None:
+            return None
+        fingerprint = self._checkpoint_fingerprint(data_shape)
+        return PassCheckpoint(local_path(self.checkpoint, "checkpoint"), fingerprint)
 
     def _run_steps(self, view, n_steps: int, epoch_offset: int, callback=None, checkpointer=None) -> None:
         """Run steps ``[step0, step0 + n_steps)`` of the plan that starts at ``self.state_.step``.
@@ -142,7 +161,7 @@ class StepEstimatorMixin(RandomFeatureEstimatorMixin):
         if checkpointer is not None:
             checkpointer.save(self.state_)
         self.n_iter_ = self.state_.step
-        self.n_passes_ += 1
+        self._n_calls = getattr(self, "_n_calls", 0) + 1  # runs of steps: the epoch offset of the next one
 
     def _feature_sets(self) -> tuple:
         f = self._features

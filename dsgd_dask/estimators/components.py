@@ -26,7 +26,7 @@ from dsgd_dask.estimators._steps import (
 from dsgd_dask.features.blocks import RandomFeatures
 from dsgd_dask.features.nystroem import NystroemFeatures
 from dsgd_dask.model.expansion import KernelExpansion
-from dsgd_dask.model.store import StoreError
+from dsgd_dask.model.store import StoreError, write_store
 from dsgd_dask.streams.batches import landmark_rows, sample_rows, view_seed
 from dsgd_dask.streams.inputs import DataView, check_finite_block, stacked_view
 from dsgd_dask.transform.lazy import apply_rows
@@ -42,6 +42,61 @@ GUARD_FACTOR = 10.0
 #: Default block sizes: Nyström blocks of landmark rows, Fourier blocks of the paper.
 NYSTROEM_BLOCK = 1024
 FOURIER_BLOCK = 256
+
+
+def equal_blocks(budget: int, default: int) -> tuple[int, int] | None:
+    """``(block_size, n_blocks)``: ``budget`` in the fewest equal blocks of ``default / 2`` to ``default``.
+
+    One block when ``budget <= default``; ``None`` when no such split exists.
+    """
+    if budget <= default:
+        return budget, 1
+    for n_blocks in range(-(-budget // default), 2 * budget // default + 1):
+        if budget % n_blocks == 0:
+            return budget // n_blocks, n_blocks
+    return None
+
+
+def feature_blocks(n_samples: int, kind: str, n_features, block_size) -> tuple[int, int]:
+    """``(block_size, n_blocks)`` of a feature budget: exactly ``n_features`` when it is an integer.
+
+    ``n_features="auto"``: ``min(4096, max(1024, 2 n))`` in whole blocks of ``block_size``
+    (Nyström: at most the ``n`` rows). An integer budget is met exactly or refused with a
+    ``ValueError`` naming valid budgets: it must be a multiple of an integer
+    ``block_size``, or split into the fewest equal blocks of half the default size to the
+    default size when ``block_size="auto"`` (512 to 1024 Nyström landmarks, 128 to 256
+    Fourier features; one block up to the default), and hold at most ``n`` Nyström
+    landmarks (distinct rows).
+    """
+    block = check_int(block_size, "block_size", allow=("auto",))
+    budget = check_int(n_features, "n_features", allow=("auto",))
+    default = NYSTROEM_BLOCK if kind == "nystroem" else FOURIER_BLOCK
+    if budget == "auto":
+        budget = min(4096, max(1024, 2 * n_samples))
+        block = default if block == "auto" else block
+        if kind == "nystroem":
+            block = min(block, n_samples)  # landmarks are distinct rows
+            return block, max(1, min(-(-budget // block), n_samples // block))
+        return block, -(-budget // block)
+    if kind == "nystroem" and budget > n_samples:
+        raise ValueError(f"n_features={budget} asks for more Nyström landmarks than the n_samples={n_samples} "
+                         f"rows: use n_features <= {n_samples}")
+    if block == "auto":
+        split = equal_blocks(budget, default)
+        if split is None:
+            lo = next(v for v in range(budget - 1, 0, -1) if equal_blocks(v, default))
+            hi = next(v for v in range(budget + 1, 2 * budget) if equal_blocks(v, default))
+            valid = [v for v in (lo, hi) if kind != "nystroem" or v <= n_samples]
+            raise ValueError(f"n_features={budget} does not split into equal blocks of {default // 2} to {default} "
+                             "features (block_size='auto'): use n_features=" + " or ".join(str(v) for v in valid)
+                             + ", or give block_size")
+        return split
+    if budget % block:
+        lo, hi = block * (budget // block), block * (budget // block + 1)
+        valid = [v for v in (lo, hi) if v > 0 and (kind != "nystroem" or v <= n_samples)]
+        raise ValueError(f"n_features={budget} is not a multiple of block_size={block}: use n_features="
+                         + " or ".join(str(v) for v in valid) + ", or another block_size")
+    return block, budget // block
 
 
 class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
@@ -77,25 +132,20 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
     def _view_param(self, name: str, v: int):
         return getattr(self, f"{name}_{'xy'[v]}") if len(self._views) == 2 else getattr(self, name)
 
-    def _check_common(self, n_samples: int, k: int | None = None) -> dict:
-        """The resolved common parameters; ``k`` functions per set (default: ``n_components``)."""
+    def _check_common(self, n_samples: int, k: int | None = None, whole_budget: bool = False) -> dict:
+        """The resolved common parameters; ``k`` functions per set (default: ``n_components``).
+
+        ``whole_budget``: ``k`` is bounded by the whole feature budget, not by one block
+        (a solver that takes all the features at once, such as ``"rca"``).
+        """
         k = check_int(self.n_components, "n_components") if k is None else k
         kind = check_choice(self.features, "features", ("nystroem", "fourier"))
-        block = check_int(self.block_size, "block_size", allow=("auto",))
-        budget = check_int(self.n_features, "n_features", allow=("auto",))
-        batch = check_int(self.batch_size, "batch_size")
-        if budget == "auto":
-            budget = min(4096, max(1024, 2 * n_samples))
-        if block == "auto":
-            block = NYSTROEM_BLOCK if kind == "nystroem" else FOURIER_BLOCK
-        if kind == "nystroem":
-            block = min(block, n_samples)  # landmarks are distinct rows
-            n_blocks = max(1, min(-(-budget // block), n_samples // block))
-        else:
-            n_blocks = -(-budget // block)
-        if k > block:
-            raise ValueError(f"n_components={k} must be <= block_size={block} (the initial block)"
+        block, n_blocks = feature_blocks(n_samples, kind, self.n_features, self.block_size)
+        if k > (block * n_blocks if whole_budget else block):
+            bound = f"n_features={block * n_blocks}" if whole_budget else f"block_size={block} (the initial block)"
+            raise ValueError(f"n_components={k} must be <= {bound}"
                              + (f"; Nyström blocks hold at most the {n_samples} rows" if kind == "nystroem" else ""))
+        batch = check_int(self.batch_size, "batch_size")
         max_iter = check_int(self.max_iter, "max_iter", allow=("auto",))
         if max_iter == "auto":
             max_iter = max(500, min(10 * -(-n_samples // batch), 5000))
@@ -132,19 +182,34 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
     # -- fitting ---------------------------------------------------------------------------
     def _fit(self, X, Y, callback=None, **target):
         view = self._validate_pair(X, Y, reset=True, **target)[2]
-        ckpt, found = self._checkpointer((view.n_samples, self.n_features_in_, self.n_features_in_y_))
+        shape = (view.n_samples, self.n_features_in_, self.n_features_in_y_)
+        if self._by_passes():  # the pass driver's checkpoint: the seed now, the solver's state in its run
+            ckpt = self._pass_checkpoint(shape)
+            saved = ckpt.load() if ckpt is not None else None
+            found = None if saved is None else (saved.seed, None)
+        else:
+            ckpt, found = self._checkpointer(shape)
         with one_blas_thread():  # the same products, so the same model, on any machine and scheduler
             self._initialise(view, seed=None if found is None else found[0])
             if ckpt is not None:
                 ckpt.seed = self.seed_
-                if found is not None:
+                if found is not None and found[1] is not None:
                     self.state_ = found[1]
             self._solve(view, callback, ckpt)
         del self._sample
         return self
 
+    def _by_passes(self) -> bool:
+        """Whether this fit runs a pass solver (checkpointed by the pass driver, not by the step engine)."""
+        return False
+
     def _solve(self, view: DataView, callback, checkpointer) -> None:
-        """Fit the initialised functions: the steps, then the final rotation on the sample."""
+        """Fit the initialised functions: the steps, then the final rotation on the sample.
+
+        ``checkpointer``: the step engine's :class:`~dsgd_dask.engine.checkpoint.Checkpointer`,
+        or for a pass solver (:meth:`_by_passes`) the driver's
+        :class:`~dsgd_dask.engine.checkpoint.PassCheckpoint`.
+        """
         self._run_steps(view, self._params["max_iter"], epoch_offset=0, callback=callback,
                         checkpointer=checkpointer)
         self._finish(self._sample)
@@ -158,9 +223,9 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
                 sample = self._sample
                 del self._sample
             else:
-                sample = sample_rows(view, N_SAMPLE, self.seed_, key=self.n_passes_ + 1)
+                sample = sample_rows(view, N_SAMPLE, self.seed_, key=self._n_calls + 1)
             n_steps = max(1, -(-view.n_samples // self._params["batch_size"]))
-            self._run_steps(view, n_steps, epoch_offset=self.n_passes_)
+            self._run_steps(view, n_steps, epoch_offset=self._n_calls)
             self._finish(sample)
         return self
 
@@ -171,10 +236,7 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
         sample = sample_rows(view, N_SAMPLE, self.seed_)
         cols = self._columns()
         n_views = len(self._views)
-        specs = [kernel_spec(self._view_param("kernel", v), self._view_param("bandwidth", v),
-                             self._view_param("kernel_params", v), sample[:, cols[v]],
-                             what="bandwidth" + ("_" + "xy"[v] if n_views == 2 else ""))
-                 for v in range(n_views)]
+        specs = self._view_kernels(sample)
         dtype = check_choice(self.compute_dtype, "compute_dtype", ("float32", "float64"))
         cache = None if self.cache_bytes is None else check_int(self.cache_bytes, "cache_bytes", 0)
         m, J = p["block_size"], p["n_blocks"]
@@ -203,7 +265,16 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
         self._rule = self._make_rule(cols, self._guard_limit(lam, sample))
         self.bandwidth_ = specs[0].bandwidth if n_views == 1 else tuple(s.bandwidth for s in specs)
         self.kernel_ = specs[0] if n_views == 1 else tuple(specs)
-        self.n_passes_ = 0
+        self._n_calls = 0  # runs of steps (fit, partial_fit): the epoch offset of the next one
+
+    def _view_kernels(self, sample: np.ndarray) -> list:
+        """The kernel of each view with its bandwidth (the median trick on the ``sample`` rows)."""
+        cols = self._columns()
+        n_views = len(self._views)
+        return [kernel_spec(self._view_param("kernel", v), self._view_param("bandwidth", v),
+                            self._view_param("kernel_params", v), sample[:, cols[v]],
+                            what="bandwidth" + ("_" + "xy"[v] if n_views == 2 else ""))
+                for v in range(n_views)]
 
     def _sample_functions(self, sample: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """The raw functions of every set on the sample rows, centred, and their means."""
@@ -257,8 +328,21 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
         return vy
 
     # -- persistence -----------------------------------------------------------------------
+    def save(self, path, overwrite: bool = False):
+        check_is_fitted(self, "models_")  # a model fitted without steps has no state_
+        attrs, arrays = self._fitted_payload()
+        return write_store(path, "model", attrs, arrays, overwrite=overwrite)
+
+    save.__doc__ = StepEstimatorMixin.save.__doc__
+
     def _fitted_payload(self) -> tuple[dict, dict]:
+        """Attributes and arrays of the fitted model; the step state too when there is one.
+
+        A model fitted without steps (a one-pass or dense solver: no ``state_``) keeps its
+        functions only; loading it gives a model to transform, not to continue by steps.
+        """
         check_is_fitted(self, "models_")
+        stepped = "state_" in self.__dict__
         feats, arrays = {}, {}
         for v, f in enumerate(self._features):
             fattrs, farrays = features_payload(f, prefix=f"view{v}_")
@@ -267,19 +351,27 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
         for i, model in enumerate(self.models_):
             arrays[f"coef_{i}"] = model.coef
             arrays[f"offset_{i}"] = model.offset
-            arrays[f"state_coef_{i}"] = self.state_.coef[i]
+            if stepped:
+                arrays[f"state_coef_{i}"] = self.state_.coef[i]
         arrays.update(self._values_payload())
-        attrs = {
-            "estimator": type(self).__name__,
-            "params": self._params_payload(),
-            "features": feats,
-            "fitted": {"seed_": self.seed_, "n_iter_": self.n_iter_, "n_passes_": self.n_passes_,
-                       **self._input_payload(), "n_features_in_y_": self.n_features_in_y_,
-                       "step": self.state_.step, "eta_scale": self.state_.eta_scale, "config": asdict(self._config),
-                       "guard_limit": self._rule.guard_limit, "resolved_params": self._params,
-                       **self._extra_payload()},
-        }
+        fitted = {"seed_": self.seed_, "n_iter_": self.n_iter_, **self._input_payload(),
+                  "n_features_in_y_": self.n_features_in_y_, "resolved_params": self._params}
+        if getattr(self, "solver_", None) is not None:
+            fitted["solver_"] = self.solver_
+        if stepped:
+            fitted.update({"n_calls": self._n_calls, "step": self.state_.step, "eta_scale": self.state_.eta_scale,
+                           "config": asdict(self._config), "guard_limit": self._rule.guard_limit})
+        else:
+            fitted["set_views"] = [int(v) for v in self._set_views()]
+        fitted.update(self._extra_payload())
+        attrs = {"estimator": type(self).__name__, "params": self._params_payload(), "features": feats,
+                 "fitted": fitted}
         return attrs, arrays
+
+    def _set_views(self) -> tuple[int, ...]:
+        """The input view of each function set (set ``i`` on view ``i`` when there is no rule)."""
+        rule = self.__dict__.get("_rule")
+        return rule.set_views if rule is not None else tuple(range(len(self.models_)))
 
     def _values_payload(self) -> dict:
         return {}
@@ -288,27 +380,37 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
         return {}
 
     @classmethod
+    def _legacy_params(cls, params: dict) -> dict:
+        """The constructor parameters of a store written by an earlier version (renamed values mapped)."""
+        return params
+
+    @classmethod
     def _from_payload(cls, attrs: dict, arrays: dict):
-        est = cls(**attrs["params"])
         fitted = attrs["fitted"]
+        est = cls(**cls._legacy_params(dict(attrs["params"])))
         n_views = len(cls._views)
         if len(attrs["features"]) != n_views:
             raise StoreError(f"the model store has {len(attrs['features'])} feature sets, {cls.__name__} "
                              f"needs {n_views}")
         est._features = tuple(features_from_payload(attrs["features"][str(v)], arrays, prefix=f"view{v}_",
                                                     cache_bytes=est.cache_bytes) for v in range(n_views))
-        est._params = fitted["resolved_params"]
-        est._config = StepConfig(**fitted["config"])
+        est._params = cls._legacy_params(dict(fitted["resolved_params"]))
         est._restore_input(fitted)
         est.n_features_in_y_ = fitted["n_features_in_y_"]
         est._restore_extra(fitted, arrays)
         est._restore_values(arrays)
-        est._rule = est._make_rule(est._columns(), fitted["guard_limit"])
-        n_sets = est._rule.n_sets
-        est.state_ = StepState(tuple(arrays[f"state_coef_{i}"] for i in range(n_sets)), fitted["step"],
-                               fitted["eta_scale"])
+        if "step" in fitted:  # fitted by steps (or a solver that keeps a step state): it can continue by steps
+            est._config = StepConfig(**fitted["config"])
+            est._rule = est._make_rule(est._columns(), fitted["guard_limit"])
+            est.state_ = StepState(tuple(arrays[f"state_coef_{i}"] for i in range(est._rule.n_sets)),
+                                   fitted["step"], fitted["eta_scale"])
+            # stores written before the public n_passes_ went hold it under that name
+            est._n_calls = int(fitted.get("n_calls", fitted.get("n_passes_", 0)))
+            set_views = est._rule.set_views
+        else:
+            set_views = tuple(fitted["set_views"])
         models = []
-        for i, view in enumerate(est._rule.set_views):
+        for i, view in enumerate(set_views):
             model = KernelExpansion(est._features[view], arrays[f"coef_{i}"], arrays[f"offset_{i}"])
             model.token = model_fingerprint(model)
             models.append(model)
@@ -316,8 +418,11 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
         specs = [f.kernel for f in est._features]
         est.kernel_ = specs[0] if n_views == 1 else tuple(specs)
         est.bandwidth_ = specs[0].bandwidth if n_views == 1 else tuple(s.bandwidth for s in specs)
-        for name in ("seed_", "n_iter_", "n_passes_"):
-            setattr(est, name, fitted[name])
+        est.seed_ = fitted["seed_"]
+        est.n_iter_ = fitted["n_iter_"]
+        solver = fitted.get("solver_", est._params.get("solver"))
+        if solver is not None:
+            est.solver_ = solver
         est.n_features_ = models[0].coef.shape[0]
         est._n_features_out = models[0].n_outputs
         return est

@@ -1,8 +1,7 @@
-"""KernelPCA: doubly stochastic kernel PCA as a scikit-learn transformer."""
+"""KernelPCA: kernel PCA on data of any size, the solver a parameter (passes, steps, one-pass or dense solves)."""
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from dataclasses import asdict
 
 import numpy as np
@@ -12,9 +11,10 @@ from sklearn.utils.validation import check_is_fitted
 from dsgd_dask._linalg import small_eigh
 from dsgd_dask._threads import one_blas_thread
 from dsgd_dask._validation import check_choice, check_float, check_int
-from dsgd_dask.engine.distributed import active_client
-from dsgd_dask.engine.passes import full_pass, row_chunks
+from dsgd_dask.engine.driver import Update, run_passes
+from dsgd_dask.engine.passes import PassTotals, covariance_request, covariance_times, row_chunks
 from dsgd_dask.engine.steps import StepConfig, StepState
+from dsgd_dask.estimators._solvers import Clock, check_partial_fit, check_solver, record
 from dsgd_dask.estimators._steps import (
     StepEstimatorMixin,
     features_from_payload,
@@ -25,7 +25,6 @@ from dsgd_dask.estimators._steps import (
 from dsgd_dask.features.nystroem import NystroemFeatures
 from dsgd_dask.features.whitening import JointWhitening
 from dsgd_dask.model.expansion import KernelExpansion
-from dsgd_dask.progress import pass_bar
 from dsgd_dask.rules.kpca import pca_rule
 from dsgd_dask.rules.subspace import (
     contraction,
@@ -63,7 +62,7 @@ NYSTROEM_MAX_BLOCK = 4096
 JOINT_MAX_FEATURES = 32768
 NYSTROEM_STEP_BLOCK = 1024
 FOURIER_BLOCK = 256
-#: Default feature budget of the subspace solver: ``max(2048, 64 k)``.
+#: Default feature budget of the subspace and rca solvers: ``max(2048, 64 k)``.
 SUBSPACE_MIN_FEATURES = 2048
 SUBSPACE_FEATURES_PER_COMPONENT = 64
 #: Default largest number of full-data passes of the subspace solver.
@@ -82,35 +81,69 @@ STAGE_GROWTH = 4
 STAGE_MAX_FRACTION = 0.25
 #: Spawn-key tag of the warm start's random block.
 WARM_TAG = 0x5741
+#: What ``solver="auto"`` runs in :meth:`KernelPCA.fit` (:meth:`KernelPCA.partial_fit` takes steps).
+AUTO_SOLVER = "subspace"
+#: Solvers whose fit is one pass or one dense solve (no iterations, no checkpoints).
+ONE_SHOT = ("rca", "exact")
+
+
+def check_variance(lam: float) -> None:
+    """Refuse a sample whose top eigenvalue ``lam`` (of the features' covariance) is not positive."""
+    if not np.isfinite(lam) or lam <= 0:
+        raise ValueError("the data sample has no variance under this kernel; check the bandwidth")
+
+
+def split_budget(n_features: int, max_block: int) -> tuple[int, int]:
+    """``(n_blocks, block_size)``: ``n_features`` in as few equal blocks of at most ``max_block`` as divide it.
+
+    At most twice the fewest blocks are tried (so blocks stay at least about half of
+    ``max_block``); a budget that none of them divides is refused, naming the nearest
+    budgets that split.
+    """
+    fewest = -(-n_features // max_block)
+    for n_blocks in range(fewest, 2 * fewest + 1):
+        if n_features % n_blocks == 0:
+            return n_blocks, n_features // n_blocks
+    below, above = fewest * (n_features // fewest), fewest * -(-n_features // fewest)
+    raise ValueError(f"n_features={n_features} does not split into equal blocks of at most {max_block}: use "
+                     f"n_features={below} or {above} ({fewest} blocks), or give block_size")
 
 
 @register
-class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin,
-                    BaseEstimator):
-    """Kernel PCA on data of any size: random feature blocks, fitted by full-data passes or stochastic steps.
+class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+    """Kernel PCA on data of any size: feature blocks, fitted by the solver of your choice.
 
-    The model is a sum of feature blocks, ``h(x) = sum_j z_j(x) A_j``, and keeps only
-    what defines the blocks and their coefficients, never the data or an ``n x n``
-    matrix. Two kinds of blocks:
+    The model is a sum of feature blocks, ``h(x) = sum_j z_j(x) A_j - offset``, and keeps
+    only what defines the blocks and their coefficients, never the data or an ``n x n``
+    matrix (``solver="exact"`` keeps its training rows as landmarks). The objective is the
+    same whatever the solver: the top ``k`` eigenfunctions of the (centred) covariance
+    operator of the kernel represented by the features; solvers differ in the path. Two
+    kinds of features:
 
     * ``features="nystroem"`` (default): the kernel at ``M`` seeded landmark rows drawn
-      from the data, in blocks of ``m``, whitened either jointly by one Cholesky factor of
-      ``K_LL`` (the Nyström approximation of all ``M`` landmarks; the fit holds the
-      ``M x M`` factor, the fitted model only the landmarks) or block by block, each by
-      its own ``K_jj^{-1/2}`` (the average of ``M / m`` Nyström approximations of ``m``
+      from the data, in blocks of ``m``, whitened either jointly (the Nyström
+      approximation of all ``M`` landmarks; the fit holds an ``M x M`` factor, the
+      fitted model only the landmarks) or block by block, each by its own
+      ``K_jj^{-1/2}`` (the average of ``M / m`` Nyström approximations of ``m``
       landmarks; ``M m`` numbers; see ``whitening``);
     * ``features="fourier"``: random Fourier features regenerated from their seeds (the
       paper's blocks; only seeds are stored).
 
-    Two solvers:
+    Four solvers (``solver_`` says which one ran):
 
-    * ``solver="subspace"`` (default): a warm start on a sample, stages on growing
-      random subsets of the row chunks, then passes over all the data of block subspace
-      iteration (``Cov(z) V`` accumulated as a reduction over row chunks: on a cluster
-      every worker computes its chunks at once), converging geometrically until the
-      estimated error is below ``tol``;
-    * ``solver="oja"``: doubly stochastic gradient steps (Xie, Liang & Song 2015), each on
-      a mini-batch of rows and one block of features, ``O(1/t)``.
+    * ``"subspace"``: a warm start on a sample, stages on growing random subsets of the
+      row chunks, then full-data passes of block subspace iteration (``Cov(z) V``
+      accumulated as a reduction over row chunks: on a cluster every worker computes its
+      chunks at once), converging geometrically until the estimated error is below
+      ``tol``;
+    * ``"dsgd"``: doubly stochastic gradient steps (Xie, Liang & Song 2015), each on a
+      mini-batch of rows and one block of features, ``O(1/t)``; the only solver of
+      :meth:`partial_fit`;
+    * ``"rca"``: one pass of the features' mean and ``M x M`` covariance, then a dense
+      eigensolve (randomized kernel PCA, Lopez-Paz et al. 2014): with Nyström features
+      all ``M`` landmarks are whitened together by ``K_LL^{-1/2}``;
+    * ``"exact"``: the dense ``n x n`` kernel matrix of the training rows and its top
+      eigenpairs (every row a landmark), for at most 20,000 rows (``MAX_SAMPLES``).
 
     Numpy, dask, Zarr and xarray inputs are accepted; on dask and xarray inputs
     :meth:`transform` is lazy.
@@ -128,30 +161,39 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
     kernel_params : dict, optional
         ``{"nu": 0.5 | 1.5 | 2.5}`` for matern, ``{"order": 0 | 1 | 2}`` for arccos.
     features : {"nystroem", "fourier"}, default="nystroem"
-        Nyström blocks (landmark rows) or random Fourier blocks.
+        Nyström blocks (landmark rows) or random Fourier blocks. ``solver="exact"``
+        takes Nyström features only (every training row a landmark).
     whitening : {"auto", "joint", "block"}, default="auto"
-        Nyström features: whiten all the landmarks together (``"joint"``: one Cholesky
-        factor of their ``M x M`` kernel matrix, ``M^3 / 3`` flops and ``8 M^2`` bytes
-        during the fit; subspace solver only) or each block on its own (``"block"``:
+        Nyström features: whiten all the landmarks together (``"joint"``: for the
+        subspace solver one Cholesky factor of their ``M x M`` kernel matrix, ``M^3 / 3``
+        flops and ``8 M^2`` bytes during the fit) or each block on its own (``"block"``:
         ``m^3`` flops and ``8 M m`` bytes per block; its representation is about as
-        accurate as one block's, whatever ``M``). ``"auto"``: joint for the subspace
-        solver with several blocks and at most 32,768 features (in :meth:`fit`; in
-        :meth:`partial_fit`, which takes steps after its first call, block), block otherwise.
-    solver : {"subspace", "oja"}, default="subspace"
-        Full-data passes of block subspace iteration, or doubly stochastic steps.
+        accurate as one block's, whatever ``M``; subspace and dsgd solvers only).
+        ``"auto"``: joint for the subspace solver with several blocks and at most 32,768
+        features, block for the dsgd solver (and in :meth:`partial_fit`); the rca and
+        exact solvers always whiten jointly.
+    solver : {"auto", "subspace", "dsgd", "rca", "exact"}, default="auto"
+        How the components are computed (see above). ``"auto"`` runs ``"subspace"`` in
+        :meth:`fit`, whatever the size of the input (its passes reach the model of the
+        budget's features to ``tol``), and ``"dsgd"`` in :meth:`partial_fit`.
     n_features : int or "auto", default="auto"
-        Feature budget ``M`` (rounded up to whole blocks; Nyström blocks take distinct
-        rows, so at most the number of rows). ``"auto"``: ``max(2048, 64 k)`` for the
-        subspace solver, ``min(4096, max(1024, 2 n))`` for steps. With steps, features
-        grow by one block per step until the budget is reached; later steps revisit the
-        blocks in turn.
+        Feature budget ``M``: the fitted model has exactly this many features, or
+        :meth:`fit` raises a ``ValueError`` naming a valid budget (a multiple of
+        ``block_size``; Nyström landmarks are distinct rows, so at most the number of
+        rows). ``"auto"``: ``max(2048, 64 k)`` for the subspace and rca solvers,
+        ``min(4096, max(1024, 2 n))`` for dsgd (in whole blocks; Nyström: at most the
+        rows). With dsgd, features grow by one block per step until the budget is
+        reached; later steps revisit the blocks in turn. ``"exact"`` ignores it: every
+        training row is a landmark.
     block_size : int or "auto", default="auto"
-        Features per block ``m``. ``"auto"``: Nyström blocks with the subspace solver take
-        the budget in as few equal blocks of at most 4096 as it takes (whitened jointly,
-        blocks are only a way to compute; whitened each on its own, one block of ``M``
-        landmarks represents the kernel better than several blocks of fewer; the passes
-        apply the whitening to the coefficients, not to every row); 1024 for Nyström
-        blocks with steps; 256 for Fourier blocks. With steps, ``>= n_components``.
+        Features per block ``m``. ``"auto"``: Nyström blocks with the subspace solver
+        take the budget in as few equal blocks of at most 4096 as divide it (whitened
+        jointly, blocks are only a way to compute; whitened each on its own, one block of
+        ``M`` landmarks represents the kernel better than several blocks of fewer), with
+        dsgd of at most 1024, with rca one block of all the landmarks; Fourier blocks of
+        256 when the budget is a multiple of 256, else as few equal blocks of at most 256
+        as divide it. A budget that no such blocks divide is refused, naming the nearest
+        that are. With dsgd, ``>= n_components``.
     n_oversamples : int or "auto", default="auto"
         Subspace solver: directions carried beyond ``k`` (``"auto"``: ``k + 10``). The
         error shrinks by ``(lambda_{k+q+1} / lambda_k)^2`` per pass.
@@ -162,85 +204,110 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
         vectors (from ``Cov(z) r_i - lambda_i r_i`` over all rows) times the estimated
         contraction of one step, since the model is taken a step further (see Notes).
         The error of the features themselves (the representation) comes on top and is
-        set by ``n_features``.
+        set by ``n_features``. The other solvers have no stopping test.
     batch_size : int, default=256
-        Steps: rows per step ``B``.
+        dsgd: rows per step ``B``.
     max_iter : int or "auto", default="auto"
-        Subspace solver: largest number of full passes over the data, sampled stages not
-        counted (``"auto"``: 20).
-        Steps: number of update steps (``"auto"``: ``max(250, min(3 epochs, 3000))``).
+        Largest number of iterations (see ``n_iter_``). Subspace solver: full passes over
+        the data, sampled stages not counted (``"auto"``: 20). dsgd: update steps
+        (``"auto"``: ``max(250, min(3 epochs, 3000))``). rca and exact: one iteration
+        (``"auto"``: 1; any value ``>= 1`` runs the one pass or solve).
     shuffle_chunks : int, default=1
-        Steps, for dask, Zarr and xarray inputs: how many chunks (in a seeded random order per
-        epoch) are read together and have their rows shuffled together, a shuffle buffer
-        for data stored in order. Rows within a chunk are always shuffled.
+        dsgd, for dask, Zarr and xarray inputs: how many chunks (in a seeded random order
+        per epoch) are read together and have their rows shuffled together, a shuffle
+        buffer for data stored in order. Rows within a chunk are always shuffled.
     n_partitions : int, default=1
-        Steps: data-parallel steps: every mini-batch is split over ``n_partitions`` slabs of the
-        data, each part's sums computed where its rows live (on a ``distributed``
+        dsgd: data-parallel steps: every mini-batch is split over ``n_partitions`` slabs of
+        the data, each part's sums computed where its rows live (on a ``distributed``
         cluster: on the worker holding its chunk) and reduced before one update. The
         result depends on ``n_partitions`` but never on the scheduler or the number of
         workers. Use about as many partitions as workers, with large batches.
     eta0 : float, default=0.5
-        Steps (and :meth:`partial_fit` after the first call): ``theta_0`` of the step
-        size ``eta_t = theta_0 / (lambda_1 (1 + theta_1 t))``, relative to the
-        top-eigenvalue estimate ``lambda_1`` of the initial solve, so that the default
-        works on any data scale.
+        dsgd: ``theta_0`` of the step size ``eta_t = theta_0 / (lambda_1 (1 + theta_1 t))``,
+        relative to the top-eigenvalue estimate ``lambda_1`` of the initial solve, so
+        that the default works on any data scale.
     eta_decay : float, default=0.01
-        ``theta_1`` of the step size.
+        dsgd: ``theta_1`` of the step size.
     init : {"rca", "random"}, default="rca"
         Subspace solver: start the passes from subspace iterations on a sample of up to
-        10,000 rows (``"rca"``) or from a random block. Steps: start from the top
+        10,000 rows (``"rca"``) or from a random block. dsgd: start from the top
         components of the first block's covariance on a sample, or from small random
         coefficients.
     center : bool, default=True
         Centre the features (kernel PCA of the centred covariance operator, as
         scikit-learn's ``KernelPCA``). Without centring the mean function dominates.
     ordered : bool, default=False
-        Steps: use the generalised Hebbian rule, which finds the individual
-        eigenfunctions in order of eigenvalue. Otherwise the subspace (Oja) rule is used
-        and the basis is rotated to the eigenfunctions of the subspace at the end of the
-        fit. (The subspace solver returns ordered eigenfunctions either way.)
+        dsgd: take the steps of the generalised Hebbian rule (GHA), which finds the
+        individual eigenfunctions in order of eigenvalue; otherwise the steps of the Oja
+        subspace rule, whose basis is rotated to the eigenfunctions of the subspace at the
+        end of the fit. The other solvers return ordered eigenfunctions either way.
     compute_dtype : {"float32", "float64"}, default="float32"
         Precision of the features; coefficients and statistics accumulate in float64.
+        The rca solver with Nyström features and the exact solver evaluate the kernel
+        in float64 (their whitening keeps directions float32 does not resolve).
     cache_bytes : int, optional
         Memory budget for cached feature blocks; ``None`` uses a quarter of the free
         memory (at most 4 GiB), 0 regenerates every block at every use.
     checkpoint : str, os.PathLike or file:// URL, optional
         Zarr group, on a local filesystem, where :meth:`fit` saves its state after every
-        pass (subspace solver) or every ``checkpoint_every`` steps (atomically: a crash
-        never leaves a checkpoint that loads wrong). When it exists at the start of
-        :meth:`fit`, the fit resumes from it and ends with the same model as an
-        uninterrupted run; a checkpoint of another fit is refused.
+        pass and sampled stage (subspace solver, on the pass driver) or every
+        ``checkpoint_every`` steps (dsgd) (atomically: a crash never leaves a checkpoint
+        that loads wrong). When it exists at the start of :meth:`fit`, the fit resumes
+        from it and ends with the same model, bit for bit, as an uninterrupted run; a
+        checkpoint of another fit (other parameters or data shape) is refused. Not used
+        by the rca and exact solvers (one pass or one solve).
     checkpoint_every : int, default=100
-        Steps between checkpoints (written at the end of the chunk task that crosses them).
+        dsgd: steps between checkpoints (written at the end of the chunk task that
+        crosses them).
     verbose : bool, default=False
         Show a progress bar (:mod:`tqdm`, on standard error or as a notebook widget): of
-        the full-data passes, with how far the subspace moved and the estimated error, or
-        of the update steps, with the samples per second.
+        the full-data passes, with how far the subspace moved and the estimated error
+        (subspace solver; rca: its one pass), or of the update steps, with the samples
+        per second (dsgd).
     random_state : int, RandomState instance or None, default=None
-        Root seed of the feature blocks and of the mini-batch shuffles.
+        Root seed of the feature blocks, the landmarks and the mini-batch shuffles.
 
     Attributes
     ----------
+    solver_ : str
+        The solver that ran: ``"subspace"``, ``"dsgd"``, ``"rca"`` or ``"exact"``.
     eigenvalues_ : ndarray of shape (n_components,)
-        Variance of each component on the fit sample: the eigenvalues of the (centred)
-        covariance operator, i.e. scikit-learn ``KernelPCA.eigenvalues_ / n_samples``
-        (subspace solver: of its Nyström approximation from the last block, at most the
-        components' variances and equal to them to second order in the subspace error).
+        Variance of each component: the eigenvalues of the (centred) covariance operator,
+        i.e. scikit-learn ``KernelPCA.eigenvalues_ / n_samples``. Subspace solver: of the
+        Nyström approximation of the features' covariance from the last block (at most
+        the components' variances, equal to them to second order in the subspace
+        error); dsgd: on the fit sample; rca: of the features' covariance on all rows;
+        exact: of the centred kernel matrix divided by ``n``.
     model_ : KernelExpansion
-        The fitted functions (seeds, coefficient blocks, centring offset).
+        The fitted functions (feature set, coefficient blocks, centring offset).
     bandwidth_ : float
         The bandwidth used.
+    kernel_ : KernelSpec
+        The kernel with its bandwidth.
     n_features_ : int
-        Number of random features in the model.
+        Number of features in the model: ``n_features`` when given, the training rows
+        for ``"exact"``.
     n_iter_ : int
-        Full passes over the data (subspace solver) or update steps taken (steps).
+        Iterations run, what ``max_iter`` bounds: full passes (subspace solver, sampled
+        stages not counted), update steps (dsgd, over all calls of :meth:`partial_fit`),
+        1 (rca: the pass of the moments; exact: the dense solve).
     convergence_ : list of dict
-        Subspace solver: per sampled stage and per full pass, the passes done (``pass``),
-        the rows used (``rows``), how far the top-``k`` subspace moved (``change``), the
-        estimated error (``estimated_error``: for a stage, of the next block on all rows;
-        for a pass, of the model after it) and the eigenvalues; a pass also gives the
-        residual estimate of its Ritz vectors (``residual_error``) and the estimated
-        contraction of a step (``contraction``).
+        One record per iteration, with the keys ``iteration`` (``n_iter_`` after it),
+        ``rows`` (rows read so far), ``seconds`` (since the start of the fit) and
+        ``measure`` (the solver's stopping measure, NaN when it has none), then the
+        solver's own. Subspace solver: one record per full pass and one per sampled stage
+        before them (``stage=True``, ``iteration`` the passes done so far; ``rows`` counts
+        the stages' rows too); ``measure`` is the estimated error that ``tol`` is compared
+        with (for a stage, of the next block on all rows); also ``stage``, ``change`` (how
+        far the top-``k`` subspace moved, ``sin^2``), ``eigenvalues``, and for a pass
+        ``residual_error`` (the residual estimate of its Ritz vectors) and
+        ``contraction`` (of a step). A fit resumed from a checkpoint has the records of
+        the passes before the interruption as they were saved. dsgd: one record per chunk
+        task of steps, at its last step (``measure`` NaN). rca and exact: one record
+        (``measure`` NaN).
+    state_ : StepState
+        Coefficients, step count and step scale (what :meth:`partial_fit` continues; the
+        step scale is 0 after the subspace, rca and exact solvers, which take no steps).
     seed_ : int
         Root seed the model was built from.
     n_features_in_ : int
@@ -252,12 +319,12 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
 
     Notes
     -----
-    A pass with ``M`` features, ``p = k + n_oversamples`` directions and ``n`` rows costs
-    ``2 n d M`` flops for the kernel sections (or Fourier features) plus ``4 n M p``, and
-    ``2 M^2 p`` for the joint whitening's two triangular solves; memory ``O(M p)`` plus one
-    chunk, and the joint whitening's ``M x M`` factor (computed once per fit, ``M^3 / 3``
-    flops). A pass gives ``Y = Cov(z) V`` for the block ``V``; the model
-    after it is the top-``k`` eigenvectors of ``Y (V^T Y)^+ Y^T``, the Nyström
+    Subspace solver. A pass with ``M`` features, ``p = k + n_oversamples`` directions and
+    ``n`` rows costs ``2 n d M`` flops for the kernel sections (or Fourier features) plus
+    ``4 n M p``, and ``2 M^2 p`` for the joint whitening's two triangular solves; memory
+    ``O(M p)`` plus one chunk, and the joint whitening's ``M x M`` factor (computed once
+    per fit, ``M^3 / 3`` flops). A pass gives ``Y = Cov(z) V`` for the block ``V``; the
+    model after it is the top-``k`` eigenvectors of ``Y (V^T Y)^+ Y^T``, the Nyström
     approximation of the covariance from ``V``: they lie in the span of ``Y``, one power
     step past the Ritz vectors of ``V``, and their eigenvalues are at most the
     covariance's. The error estimate of the Ritz vectors divides each residual by the gap
@@ -270,32 +337,54 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
     start's sample first), while a stage holds at most a quarter of the rows. A stage
     removes sampling noise from the block at a fraction of a pass's cost; the passes
     then judge the result on every row. Chunks stored in order (by class, by time) make
-    the subsets biased: the stages help less, the passes still decide.
+    the subsets biased: the stages help less, the passes still decide. Stages and passes
+    run on the pass driver (:mod:`dsgd_dask.engine.driver`), which also writes the
+    checkpoints, shows the progress bar and, on a ``distributed`` cluster, sends the
+    feature set to the workers once per fit and runs a pass that lost a worker again.
 
-    One step with mini-batch ``X`` and block ``t``: ``h = H(X)``, ``C = h^T h / B``,
+    dsgd. One step with mini-batch ``X`` and block ``t``: ``h = H(X)``, ``C = h^T h / B``,
     old coefficients ``A_j <- A_j (I - eta C)`` (``I - eta UT[C]`` when ordered),
     ``A_t <- A_t + eta z_t(X)^T h / B``. Cost ``2 B d M`` flops for the features plus
     ``2 B M k``; memory ``O(M k)`` plus cached blocks.
+
+    rca. Nyström features ``k(x, L) U_r S_r^{-1/2}`` (``K_LL = U S U^T`` on its
+    eigenvalues above ``M eps max(S)``) or Fourier features ``[z_0(x), ..., z_{J-1}(x)] /
+    sqrt(J)``; their mean and covariance are exact sums over every row (products taken
+    after subtracting the mean features of a sample, so float32 features lose nothing
+    to cancellation). Cost ``2 n d M`` flops for the features and ``n M^2`` for the
+    moments, memory ``O(M^2)`` plus one chunk, then an ``M x M`` eigensolve.
+
+    exact. With ``K~ = U diag(mu) U^T`` the centred kernel matrix, component ``i`` is
+    ``k~(x, X) U_i / sqrt(mu_i)``. Cost ``O(n^2 d)`` for the kernel and up to ``O(n^3)``
+    for the eigenpairs; memory one ``n x n`` float64 matrix. A lazy input is computed.
 
     References
     ----------
     B. Xie, Y. Liang, L. Song, "Scale up nonlinear component analysis with doubly
     stochastic gradients", NIPS 2015. C. Williams, M. Seeger, "Using the Nyström method
     to speed up kernel machines", NIPS 2001. Y. Saad, *Numerical Methods for Large
-    Eigenvalue Problems*, SIAM 2011, ch. 5 (subspace iteration).
+    Eigenvalue Problems*, SIAM 2011, ch. 5 (subspace iteration). D. Lopez-Paz, S. Sra,
+    A. Smola, Z. Ghahramani, B. Schölkopf, "Randomized nonlinear component analysis",
+    ICML 2014. B. Schölkopf, A. Smola, K.-R. Müller, "Nonlinear component analysis as a
+    kernel eigenvalue problem", Neural Computation 10 (1998).
 
     Examples
     --------
     >>> import numpy as np
     >>> from dsgd_dask import KernelPCA
     >>> X = np.random.default_rng(0).normal(size=(500, 3))
-    >>> kpca = KernelPCA(n_components=2, n_features=512, max_iter=50, random_state=0)
+    >>> kpca = KernelPCA(n_components=2, n_features=256, random_state=0)
     >>> kpca.fit_transform(X).shape
     (500, 2)
+    >>> kpca.solver_, kpca.n_features_
+    ('subspace', 256)
+    >>> exact = KernelPCA(n_components=2, solver="exact", random_state=0).fit(X)
+    >>> bool(np.allclose(kpca.eigenvalues_, exact.eigenvalues_, rtol=0.05))
+    True
     """
 
     def __init__(self, n_components=5, *, kernel="gaussian", bandwidth="median", kernel_params=None,
-                 features="nystroem", whitening="auto", solver="subspace", n_features="auto",
+                 features="nystroem", whitening="auto", solver="auto", n_features="auto",
                  block_size="auto", n_oversamples="auto", tol=1e-4, batch_size=256, max_iter="auto", shuffle_chunks=1,
                  n_partitions=1, eta0=0.5, eta_decay=0.01, init="rca", center=True, ordered=False,
                  compute_dtype="float32", cache_bytes=None, checkpoint=None, checkpoint_every=100,
@@ -329,55 +418,66 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
 
     # -- fitting -----------------------------------------------------------------------
     def fit(self, X, y=None, *, callback=None):
-        """Fit the components by doubly stochastic gradient steps over ``X``.
+        """Fit the components on ``X`` with the solver ``solver`` (``"auto"``: the subspace solver).
 
         Parameters
         ----------
         X : array-like, dask array, Zarr array (or path to one), xarray DataArray or Dataset
             Training data of shape (n_samples, n_features); lazy inputs are streamed chunk
-            by chunk. A Dataset must hold a single 2-D data variable.
+            by chunk (``solver="exact"`` computes them: at most 20,000 rows). A Dataset
+            must hold a single 2-D data variable.
         y : None
             Ignored.
         callback : callable, optional
-            ``callback(n_steps, model)`` after every chunk of steps, with ``model`` a
-            :class:`KernelExpansion` of the current, raw functions (neither centred nor
-            rotated): for monitoring convergence.
+            ``callback(n_iter, model)`` after every full pass (subspace solver: not after
+            a sampled stage; called once the pass's checkpoint is written, so an exception
+            from it stops a fit that resumes after that pass), every chunk task of steps
+            (dsgd) or once (rca, exact), with ``model`` a :class:`KernelExpansion` of the
+            current raw functions (neither centred nor rotated): for monitoring
+            convergence.
 
         Returns
         -------
         self : KernelPCA
         """
+        solver = self._solver_name()
         view = self._validate_input(X, reset=True)
+        with one_blas_thread():  # the same products, so the same model, on any machine and scheduler
+            if solver in ONE_SHOT:
+                self._fit_one_shot(view, callback)
+            elif (AUTO_SOLVER if solver == "auto" else solver) == "subspace":
+                self._fit_subspace(view, callback)
+            else:
+                self._fit_steps(view, callback)
+        return self
+
+    def _fit_steps(self, view, callback=None) -> None:
+        """``solver="dsgd"``: ``max_iter`` doubly stochastic steps (resumed from a checkpoint of them)."""
         ckpt, found = self._checkpointer((view.n_samples, view.n_features))
         seed = None
         if found is not None:
             seed, resumed = found
-        with one_blas_thread():  # the same products, so the same model, on any machine and scheduler
-            self._initialise(view, seed=seed)
-            if ckpt is not None:
-                ckpt.seed = self.seed_
-                if seed is not None:
-                    self.state_ = resumed
-            self.convergence_ = []
-            if self._params["solver"] == "subspace":
-                self._fit_passes(view, callback=callback, checkpointer=ckpt)
-                self._finalise_passes(self._sample)
-            else:
-                self._run_steps(view, self._params["max_iter"], epoch_offset=0, callback=callback, checkpointer=ckpt)
-                self._finalise(self._sample)
-        del self._sample
-        del self._basis
-        self._whitening = None
-        return self
+        self._clock = Clock()
+        self._initialise(view, seed=seed)
+        if ckpt is not None:
+            ckpt.seed = self.seed_
+            if seed is not None:
+                self.state_ = resumed
+        self.convergence_ = []
+        self._run_steps(view, self._params["max_iter"], epoch_offset=0, callback=callback, checkpointer=ckpt)
+        self._finalise(self._sample)
+        del self._sample, self._clock
 
     def partial_fit(self, X, y=None):
-        """Fit on ``X`` as one more batch of a stream.
+        """Take doubly stochastic steps (``solver="dsgd"``) over ``X``, as one more batch of a stream.
 
-        With the subspace solver the first call fits ``X`` by full passes (as :meth:`fit`);
-        every later call, and every call with ``solver="oja"``, takes one pass of update
-        steps over ``X`` (the first call with steps also initialises). The centring
-        offset, the ordering of the components and ``eigenvalues_`` are recomputed on a
-        sample of ``X`` after each call of steps.
+        Every call takes one pass of update steps over ``X`` (``ceil(n / batch_size)``
+        steps); the first call also initialises (sample, bandwidth, features, initial
+        solve on ``X``). The centring offset, the ordering of the components and
+        ``eigenvalues_`` are recomputed on a sample of ``X`` after each call. With
+        ``solver="auto"`` or ``"dsgd"`` only (the other solvers need all the data at
+        once: a ``ValueError``), and only on a model fitted by steps; ``whitening="auto"``
+        whitens the Nyström blocks each on its own, as steps need (``"joint"`` is refused).
 
         Parameters
         ----------
@@ -389,10 +489,13 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
         -------
         self : KernelPCA
         """
+        self._solver_name()
+        check_partial_fit(self)
         first = not hasattr(self, "state_")
-        if not first and self._params.get("whitening") == "joint":
-            raise ValueError('a model with whitening="joint" is fitted by full passes only: partial_fit cannot '
-                             'take steps on it; fit with whitening="block" to stream batches after the first')
+        if not first and self.solver_ != "dsgd":
+            raise ValueError(f"this model was fitted by solver={self.solver_!r}; partial_fit continues fits of "
+                             "doubly stochastic steps only: fit a new estimator with partial_fit, or fit with "
+                             "solver='dsgd'")
         view = self._validate_input(X, reset=first)
         with one_blas_thread():
             if first:
@@ -400,56 +503,50 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
                 self.convergence_ = []
                 sample = self._sample
                 del self._sample
-                if self._params["solver"] == "subspace":
-                    # the first call fits by full passes over X; later calls take steps
-                    self._fit_passes(view)
-                    self._finalise_passes(sample)
-                    del self._basis
-                    self._whitening = None
-                    return self
-                del self._basis
             else:
-                sample = sample_rows(view, N_SAMPLE, self.seed_, key=self.n_passes_ + 1)
+                sample = sample_rows(view, N_SAMPLE, self.seed_, key=self._n_calls + 1)
             n_steps = max(1, -(-view.n_samples // self._params["batch_size"]))
-            self._run_steps(view, n_steps, epoch_offset=self.n_passes_)
+            self._run_steps(view, n_steps, epoch_offset=self._n_calls)
             self._finalise(sample)
         return self
 
+    def _solver_name(self) -> str:
+        """``solver`` checked against the table (with ``features``); ``"auto"`` left as is."""
+        return check_solver(self, check_choice(self.features, "features", ("nystroem", "fourier")))
+
     def _check_params(self, n_samples: int, stream: bool = False) -> dict:
+        """The parameters validated and resolved for ``n_samples`` rows (``stream``: for :meth:`partial_fit`)."""
         k = check_int(self.n_components, "n_components")
         kind = check_choice(self.features, "features", ("nystroem", "fourier"))
-        solver = check_choice(self.solver, "solver", ("subspace", "oja"))
-        block = check_int(self.block_size, "block_size", allow=("auto",))
-        budget = check_int(self.n_features, "n_features", allow=("auto",))
-        if budget == "auto":
-            budget = (max(SUBSPACE_MIN_FEATURES, SUBSPACE_FEATURES_PER_COMPONENT * k) if solver == "subspace"
-                      else min(4096, max(1024, 2 * n_samples)))
-        if block == "auto":
-            if kind == "fourier":
-                block = FOURIER_BLOCK
-            elif solver == "oja":
-                block = NYSTROEM_STEP_BLOCK
-            else:  # the budget in as few blocks of at most NYSTROEM_MAX_BLOCK as it takes, evenly
-                block = -(-min(budget, n_samples) // -(-min(budget, n_samples) // NYSTROEM_MAX_BLOCK))
-        if kind == "nystroem":
-            # landmarks are distinct rows of the data
-            block = min(block, n_samples)
-            n_blocks = max(1, min(-(-budget // block), n_samples // block))
-        else:
-            n_blocks = -(-budget // block)
+        solver = check_solver(self, kind)
+        if stream:
+            solver = "dsgd"
+        elif solver == "auto":
+            solver = AUTO_SOLVER
+        n_blocks, block = self._check_budget(solver, kind, k, n_samples)
         whitening = check_choice(self.whitening, "whitening", ("auto", "joint", "block"))
-        if whitening == "joint" and (kind != "nystroem" or solver != "subspace"):
-            raise ValueError(f'whitening="joint" needs features="nystroem" and solver="subspace", '
-                             f"got features={kind!r}, solver={solver!r}")
-        if whitening == "auto":
-            # partial_fit takes steps after its first call: they need whitened blocks
-            joint = not stream and kind == "nystroem" and solver == "subspace" and n_blocks > 1 \
+        if whitening == "joint" and (kind != "nystroem" or solver == "dsgd"):
+            raise ValueError(f'whitening="joint" needs features="nystroem" and a full-data solver ("subspace", '
+                             f'"rca" or "exact"), got features={kind!r}, solver={solver!r}')
+        if solver in ONE_SHOT:
+            if whitening == "block":
+                raise ValueError(f'solver={solver!r} whitens all the landmarks together: whitening="block" is for '
+                                 'the "subspace" and "dsgd" solvers')
+            whitening = "joint" if kind == "nystroem" else "block"
+        elif whitening == "auto":
+            joint = solver == "subspace" and kind == "nystroem" and n_blocks > 1 \
                 and n_blocks * block <= JOINT_MAX_FEATURES
             whitening = "joint" if joint else "block"
-        if k > n_blocks * block:
+        if solver == "exact":
+            from dsgd_dask.baselines._dense import check_dense_size
+
+            check_dense_size(n_samples, "KernelPCA(solver='exact')")
+            if k > n_samples:
+                raise ValueError(f"n_components={k} must be <= n_samples={n_samples}")
+        elif k > n_blocks * block:
             raise ValueError(f"n_components={k} must be <= n_features={n_blocks * block}"
                              + (f" (Nyström features: at most the {n_samples} rows)" if kind == "nystroem" else ""))
-        if solver == "oja" and k > block:
+        if solver == "dsgd" and k > block:
             raise ValueError(f"n_components={k} must be <= block_size={block} (the initial block)")
         oversamples = check_int(self.n_oversamples, "n_oversamples", 0, allow=("auto",))
         if oversamples == "auto":
@@ -460,9 +557,11 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
         if max_iter == "auto":
             if solver == "subspace":
                 max_iter = SUBSPACE_MAX_PASSES
-            else:
+            elif solver == "dsgd":
                 epochs3 = 3 * -(-n_samples // batch)
                 max_iter = max(250, min(epochs3, 3000))
+            else:
+                max_iter = 1
         return {
             "n_components": k,
             "features": kind,
@@ -483,9 +582,53 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
             "ordered": bool(check_choice(self.ordered, "ordered", (True, False))),
         }
 
+    def _check_budget(self, solver: str, kind: str, k: int, n_samples: int) -> tuple[int, int]:
+        """``(n_blocks, block_size)`` of the feature budget: exactly ``n_features`` when it is an integer."""
+        block = check_int(self.block_size, "block_size", allow=("auto",))
+        budget = check_int(self.n_features, "n_features", allow=("auto",))
+        if solver == "exact":  # every training row a landmark, one set whitened together
+            return 1, n_samples
+        if kind == "fourier":
+            largest = FOURIER_BLOCK
+        else:
+            largest = NYSTROEM_STEP_BLOCK if solver == "dsgd" else NYSTROEM_MAX_BLOCK
+        if budget != "auto":
+            if kind == "nystroem" and budget > n_samples:
+                raise ValueError(f"n_features={budget} exceeds the {n_samples} rows: Nyström landmarks are distinct "
+                                 f"rows, use n_features <= {n_samples}")
+            if block == "auto":
+                if solver == "rca" and kind == "nystroem":  # all the landmarks whitened together
+                    return 1, budget
+                if kind == "fourier" and budget % FOURIER_BLOCK == 0:
+                    return budget // FOURIER_BLOCK, FOURIER_BLOCK
+                return split_budget(budget, largest)
+            if budget % block:
+                below, above = block * (budget // block), block * -(-budget // block)
+                raise ValueError(f"n_features={budget} is not a multiple of block_size={block}: use n_features="
+                                 + (f"{below} or {above}" if below else f"{above}") + ", or block_size='auto'")
+            return budget // block, block
+        # the automatic budget, in whole blocks (Nyström: at most the rows)
+        if solver == "dsgd":
+            budget = min(4096, max(1024, 2 * n_samples))
+        else:
+            budget = max(SUBSPACE_MIN_FEATURES, SUBSPACE_FEATURES_PER_COMPONENT * k)
+        if block == "auto":
+            if kind == "fourier":
+                block = FOURIER_BLOCK
+            elif solver == "dsgd":
+                block = NYSTROEM_STEP_BLOCK
+            else:  # the budget in as few blocks of at most NYSTROEM_MAX_BLOCK as it takes, evenly
+                rows = min(budget, n_samples)
+                block = -(-rows // -(-rows // NYSTROEM_MAX_BLOCK))
+        if kind == "fourier":
+            return -(-budget // block), block
+        block = min(block, n_samples)  # landmarks are distinct rows of the data
+        return max(1, min(-(-budget // block), n_samples // block)), block
+
     def _initialise(self, view, seed: int | None = None, stream: bool = False) -> None:
         """Seed, sample, bandwidth, features and the initial solve (``stream``: for :meth:`partial_fit`)."""
         p = self._params = self._check_params(view.n_samples, stream)
+        self.solver_ = p["solver"]
         self.seed_ = self._seed(self.random_state) if seed is None else seed
         sample = sample_rows(view, N_SAMPLE, self.seed_)
         spec = self._kernel_spec(sample)
@@ -503,184 +646,100 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
         self._whitening = JointWhitening(features) if joint else None
         # blocks whitened each on its own sum n_blocks approximations of the kernel
         self._copies = 1 if joint else p["n_blocks"]
+        self._features = features
+        self._sample = sample
+        self.bandwidth_ = spec.bandwidth
+        self.kernel_ = spec
+        self._n_calls = 0  # runs of steps (fit, partial_fit): the epoch offset and sample key of the next one
+        if p["solver"] == "subspace":  # the warm start is the pass solver's (_SubspaceSolver.start)
+            self._config = self._rule = None
+            return
         k = p["n_components"]
-        if p["solver"] == "subspace":
-            basis, vals = self._warm_start(features, sample)
-            # Ritz values of the concatenated blocks are n_blocks times the operator's
-            lam = float(vals[0]) / self._copies
-        else:
-            z0 = features.transform(sample[:N_INIT], 0, 1).astype(np.float64)
-            if p["center"]:
-                z0 -= z0.mean(axis=0)
-            vals, vecs = small_eigh(z0.T @ z0 / z0.shape[0])
-            vals, vecs = vals[::-1], vecs[:, ::-1]
-            lam = float(vals[0])
-            basis = None
-        if not np.isfinite(lam) or lam <= 0:
-            raise ValueError("the data sample has no variance under this kernel; check the bandwidth")
-        if p["solver"] == "subspace":
-            coef = basis[:, :k] / np.sqrt(self._copies)
-        elif p["init"] == "rca":
+        z0 = features.transform(sample[:N_INIT], 0, 1).astype(np.float64)
+        if p["center"]:
+            z0 -= z0.mean(axis=0)
+        vals, vecs = small_eigh(z0.T @ z0 / z0.shape[0])
+        vals, vecs = vals[::-1], vecs[:, ::-1]
+        lam = float(vals[0])
+        check_variance(lam)
+        if p["init"] == "rca":
             coef = vecs[:, :k].copy()
         else:
             rng = np.random.default_rng(self.seed_)
             coef = rng.standard_normal((features.block_size, k)) * 1e-3
         self.state_ = StepState(coef, 0, p["eta0"] / lam)
-        self._basis = basis
         self._config = StepConfig(n_blocks=p["n_blocks"], batch_size=p["batch_size"], eta_decay=p["eta_decay"])
         self._rule = pca_rule(p["ordered"], p["center"], GUARD_FACTOR * lam)
-        self._features = features
-        self._sample = sample
+
+    # -- the rca and exact solvers --------------------------------------------------------
+    def _fit_one_shot(self, view, callback=None) -> None:
+        """One pass of the feature moments and a dense eigensolve (rca), or the dense kernel's eigenpairs (exact)."""
+        from dsgd_dask.baselines._dense import materialise
+        from dsgd_dask.baselines.exact import exact_pca
+        from dsgd_dask.baselines.rca import rca_fourier, rca_nystroem
+
+        clock = Clock()
+        p = self._params = self._check_params(view.n_samples)
+        self.solver_ = p["solver"]
+        self.seed_ = self._seed(self.random_state)
+        sample = sample_rows(view, N_SAMPLE, self.seed_)
+        spec = self._kernel_spec(sample)
+        k, center = p["n_components"], p["center"]
+        shift = sample.mean(axis=0, dtype=np.float64) if spec.shift_invariant else None
+        if p["solver"] == "exact":
+            solution = exact_pca(materialise(view), spec, k, center, self.seed_, shift)
+        elif p["features"] == "nystroem":
+            solution = rca_nystroem(view, spec, sample, k, p["n_blocks"] * p["block_size"], self.seed_, center, shift,
+                                    verbose=bool(self.verbose))
+        else:
+            features = self._make_features(spec, sample, self.seed_, p["block_size"])
+            solution = rca_fourier(view, features, p["n_blocks"], sample, k, center, verbose=bool(self.verbose))
+        self._features = solution.features
+        self.state_ = StepState(solution.coef, 0, 0.0)
+        self._config = self._rule = None
+        self.model_ = KernelExpansion(solution.features, solution.coef, solution.offset)
+        self.model_.token = model_fingerprint(self.model_)
+        self.eigenvalues_ = np.asarray(solution.eigenvalues, dtype=np.float64)
+        self.n_features_ = solution.coef.shape[0]
+        self._n_features_out = k
         self.bandwidth_ = spec.bandwidth
         self.kernel_ = spec
-        self.n_passes_ = 0
+        self.n_iter_ = 1
+        self._n_calls = 0
+        self.convergence_ = [record(1, solution.n_samples, clock(), None)]
+        if callback is not None:
+            callback(1, KernelExpansion(solution.features, solution.coef))
 
     # -- the subspace solver -----------------------------------------------------------------
-    def _warm_start(self, features, sample: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """An orthonormal block of ``p`` directions from subspace iterations on the sample.
-
-        The features of (part of) the sample are held in memory, so each iteration is two
-        small products; the block is the starting point of the full-data passes. Also sets
-        the raw-feature shift the passes subtract. Returns the block (in the space of the
-        concatenated features) and its Ritz values (per block, as the passes report them).
-        """
+    def _fit_subspace(self, view, callback=None) -> None:
+        """``solver="subspace"`` on the pass driver: a warm start, sampled stages, then full passes (resumable)."""
+        ckpt = self._pass_checkpoint((view.n_samples, view.n_features))
+        saved = ckpt.load() if ckpt is not None else None
+        clock = Clock()
+        self._initialise(view, seed=None if saved is None else saved.seed)
+        if ckpt is not None:
+            ckpt.seed = self.seed_
         p = self._params
-        J, m = p["n_blocks"], features.block_size
-        M = J * m
-        rows = int(min(sample.shape[0], max(N_INIT, WARM_FLOATS // M)))
-        width = min(p["n_components"] + p["n_oversamples"], M)
-        self._warm_rows = rows
-        raw = features.raw_transform(sample[:rows], 0, J)
-        self._shift = raw.mean(axis=0, dtype=np.float64)
-        if self._whitening is not None:
-            Z = self._whitening.whiten(raw).astype(features.dtype)
-            del raw
-        else:
-            del raw
-            Z = features.transform(sample[:rows], 0, J)
-        if p["center"]:
-            Z -= Z.mean(axis=0, dtype=np.float64).astype(Z.dtype)
-        rng = np.random.Generator(np.random.SFC64(np.random.SeedSequence(self.seed_, spawn_key=(WARM_TAG,))))
-        V = orthonormal(rng.standard_normal((M, width)))
-        if p["init"] == "random":
-            # the random block itself (rotated to its Ritz vectors): the passes start from scratch
-            CV = (Z.T @ (Z @ V.astype(Z.dtype))).astype(np.float64) / rows
-            R, lam, _ = ritz_step(V, CV)
-            return R, lam
-        k = p["n_components"]
-        prev = None
-        for _ in range(WARM_ITERATIONS):
-            CV = (Z.T @ (Z @ V.astype(Z.dtype))).astype(np.float64) / rows
-            R, lam, V = ritz_step(V, CV)
-            if prev is not None and estimated_error(subspace_sin2(prev, R[:, :k]),
-                                                    contraction(lam, k)) <= WARM_TOL:
-                break
-            prev = R[:, :k]
-        return R, lam
-
-    def _fit_passes(self, view, callback=None, checkpointer=None) -> None:
-        """Sampled stages, then full-data passes of block subspace iteration, until converged.
-
-        A stage is one subspace iteration on the rows of a seeded subset of row chunks,
-        ``STAGE_GROWTH`` times as many rows as the stage before (the warm start's sample
-        first), taken while it holds at most ``STAGE_MAX_FRACTION`` of the rows: the
-        stages together cost at most a third of a pass and remove the sample's noise
-        from the block before the passes. They stop early once the next pass is
-        predicted to end the fit.
-
-        After each full pass the model is the top of the Nyström approximation of the
-        covariance from the block (in the span of ``Cov(z) V``, a power step past the
-        Ritz vectors of ``V``). Its estimated error is the residual estimate of the Ritz
-        vectors times the estimated contraction of one step; the fit stops when that is
-        at most ``tol``.
-        """
-        p = self._params
-        J, k, tol = p["n_blocks"], p["n_components"], p["tol"]
-        features, whitening, copies = self._features, self._whitening, self._copies
-        V = self._basis
-        prev = V[:, :k]
-        sizes = np.asarray(row_chunks(view))
-        n = int(sizes.sum())
-        rows_before = self._warm_rows
-        staging = True
-        done, step, passes = False, 0, 0
-        lam = mean = None
-        if checkpointer is not None and checkpointer.extra:
-            ex = checkpointer.extra
-            if "stage" not in ex:
-                raise ValueError(f"the checkpoint at {checkpointer.path} was written by an earlier version of "
-                                 "the subspace solver; remove it to fit from the start")
-            width = V.shape[1]
-            V, prev = self.state_.coef[0][:, :width].copy(), self.state_.coef[0][:, width:].copy()
-            lam, mean, done = ex["lam"], ex["mean"], bool(ex["done"][0])
-            staging, rows_before, passes = bool(ex["stage"][0]), int(ex["stage"][1]), int(ex["stage"][2])
-            self._shift = ex["shift"]
-            step = self.state_.step
-            if passes == 0:
-                lam = mean = None
-        token = model_fingerprint(KernelExpansion(features, np.zeros((J * features.block_size, 1))))
-        # on a cluster the feature set (landmarks: M d numbers) goes to the workers once per fit
-        client = active_client() if view.is_dask else None
-        ref = client.scatter(features, broadcast=True, hash=False) if client is not None else None
-        bar = pass_bar(p["max_iter"]) if self.verbose else nullcontext()
-        with bar as progress:
-            while not done and passes < p["max_iter"]:
-                chunks = None
-                if staging and STAGE_GROWTH * rows_before <= STAGE_MAX_FRACTION * n:
-                    chunks = chunk_subset(sizes, STAGE_GROWTH * rows_before, self.seed_, key=step)
-                stage = staging = chunks is not None
-                sums = full_pass(view, features, J, V, self._shift, p["center"], token=token, features_ref=ref,
-                                 chunks=chunks, whitening=whitening)
-                R, lam_v, V_next = ritz_step(V, sums.cov_times)
-                err_ritz = residual_sin2(V, sums.cov_times, R, lam_v, k)
-                rho = contraction(lam_v, k)
-                step += 1
-                if stage:
-                    # Error of the next block on all rows: the contracted error of this one plus
-                    # the noise of this stage's rows (the residual measured here charged to the
-                    # noise of the previous, smaller sample, falling as 1 / rows).
-                    rows = int(sizes[chunks].sum())
-                    ahead = err_ritz * (rho + rows_before / rows)
-                    rows_before = rows
-                    staging = rho * ahead > tol
-                    entry = {"pass": passes, "rows": rows, "change": subspace_sin2(prev, R[:, :k]),
-                             "estimated_error": ahead, "eigenvalues": (lam_v[:k] / copies).tolist()}
-                    prev = R[:, :k]
-                else:
-                    passes += 1
-                    ext = nystroem_extension(V, sums.cov_times, k)
-                    U, lam, err = (ext[0], ext[1], err_ritz * rho) if ext is not None else (R[:, :k], lam_v[:k],
-                                                                                            err_ritz)
-                    mean = sums.mean
-                    done = err <= tol
-                    entry = {"pass": passes, "rows": n, "change": subspace_sin2(prev, U), "estimated_error": err,
-                             "residual_error": err_ritz, "contraction": rho, "eigenvalues": (lam / copies).tolist()}
-                    prev = U
-                self.convergence_.append(entry)
-                V = V_next
-                if progress is not None:
-                    progress(passes, entry["change"], entry["estimated_error"],
-                             rows=entry["rows"] if stage else None)
-                if checkpointer is not None:
-                    checkpointer.save(StepState(np.hstack([V, prev]), step, 0.0),
-                                      {"lam": lam if lam is not None else lam_v[:k], "mean": mean if mean is not None
-                                       else sums.mean, "done": np.array([done]),
-                                       "stage": np.array([staging, rows_before, passes]), "shift": self._shift})
-                if callback is not None and not stage:
-                    callback(passes, KernelExpansion(features, self._sections_coef(prev)))
-        del ref
-        if mean is None:  # max_iter passes already taken: nothing to refine
+        solver = self._subspace_solver(view)
+        run = run_passes(solver, view, p["max_iter"], callback=callback, checkpoint=ckpt, verbose=self.verbose,
+                         clock=clock)
+        if run.n_iter == 0:  # no pass over all the rows: nothing to refine
             raise ValueError("max_iter must allow at least one pass over the data")
-        self.n_iter_ = passes
-        self.n_passes_ = passes
-        coef = prev / np.sqrt(copies)
-        self.state_ = StepState(coef, 0, self.state_.eta_scale)
-        self._pass_result = (np.asarray(lam[:k]) / copies, mean)
+        self.convergence_ = run.records
+        self.n_iter_ = run.n_iter
+        copies = self._copies
+        self.state_ = StepState(run.state["prev"] / np.sqrt(copies), 0, 0.0)
+        self._pass_result = (run.state["lam"] / copies, run.state["mean"])
+        self._finalise_passes(self._sample)
+        del self._sample
+        self._whitening = None
 
-    def _sections_coef(self, coef: np.ndarray) -> np.ndarray:
-        """Coefficients of the fit's (whitened) features as coefficients of the model's features."""
-        coef = coef / np.sqrt(self._copies)
-        return coef if self._whitening is None else self._whitening.fold(coef)
+    def _subspace_solver(self, view) -> _SubspaceSolver:
+        """The pass solver of this fit (after :meth:`_initialise`)."""
+        p = self._params
+        return _SubspaceSolver(self._features, p["n_blocks"], self._whitening, self._copies, row_chunks(view),
+                               self._sample, self.seed_, p["n_components"], p["n_oversamples"], p["tol"],
+                               p["center"], p["init"])
 
     def _finalise_passes(self, sample: np.ndarray) -> None:
         """Centring offset from the full-data mean, eigenvalues from the last pass, signs from the sample."""
@@ -755,9 +814,10 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
             "features": fattrs,
             "fitted": {
                 "seed_": self.seed_, "bandwidth_": self.bandwidth_, "n_iter_": self.n_iter_,
-                "n_passes_": self.n_passes_, **self._input_payload(),
+                "solver_": self.solver_, "n_calls": self._n_calls, **self._input_payload(),
                 "step": self.state_.step, "eta_scale": self.state_.eta_scale,
-                "config": asdict(self._config), "guard_limit": self._rule.guard_limit,
+                "config": None if self._config is None else asdict(self._config),
+                "guard_limit": None if self._rule is None else self._rule.guard_limit,
                 "resolved_params": self._params,
             },
         }
@@ -767,20 +827,27 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
 
     @classmethod
     def _from_payload(cls, attrs: dict, arrays: dict) -> KernelPCA:
-        est = cls(**attrs["params"])
-        fitted = attrs["fitted"]
+        params, fitted = dict(attrs["params"]), attrs["fitted"]
+        p = dict(fitted["resolved_params"])
+        # stores written before the solvers took their names called the steps "oja"
+        params["solver"] = _RENAMED.get(params["solver"], params["solver"])
+        p["solver"] = _RENAMED.get(p["solver"], p["solver"])
+        est = cls(**params)
         features = features_from_payload(attrs["features"], arrays, cache_bytes=est.cache_bytes)
         est._features = features
-        est._params = p = fitted["resolved_params"]
-        est._config = StepConfig(**fitted["config"])
-        est._rule = pca_rule(p["ordered"], p["center"], fitted["guard_limit"])
+        est._params = p
+        est._config = None if fitted["config"] is None else StepConfig(**fitted["config"])
+        est._rule = None if fitted["guard_limit"] is None else pca_rule(p["ordered"], p["center"],
+                                                                        fitted["guard_limit"])
         est.state_ = StepState(arrays["state_coef"], fitted["step"], fitted["eta_scale"])
         est.model_ = KernelExpansion(features, arrays["coef"], arrays["offset"])
         est.model_.token = model_fingerprint(est.model_)
         est.eigenvalues_ = arrays["eigenvalues"]
         est.kernel_ = features.kernel
-        for name in ("seed_", "bandwidth_", "n_iter_", "n_passes_"):
+        for name in ("seed_", "bandwidth_", "n_iter_"):
             setattr(est, name, fitted[name])
+        est.solver_ = fitted.get("solver_", p["solver"])
+        est._n_calls = fitted.get("n_calls", fitted.get("n_passes_", 0))
         est._restore_input(fitted)
         est.n_features_ = est.model_.coef.shape[0]
         est._n_features_out = est.model_.coef.shape[1]
@@ -794,7 +861,180 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
     def __getstate__(self):
         state = self.__dict__.copy()
         state.pop("_sample", None)
-        state.pop("_basis", None)
         state.pop("_whitening", None)
+        state.pop("_clock", None)
         return state
 
+
+# -- the subspace solver on the pass driver ---------------------------------------------------------
+class _SubspaceSolver:
+    """Block subspace iteration with sampled stages: ``KernelPCA(solver="subspace")`` on the pass driver.
+
+    Parameters
+    ----------
+    features : NystroemFeatures or RandomFeatures
+        The fit's feature set; its first ``n_blocks`` blocks are used.
+    n_blocks : int
+    whitening : JointWhitening or None
+        The joint whitening of Nyström features (then applied to the coefficients by the
+        passes), or ``None`` (the features' own map, block by block).
+    copies : int
+        Blocks whitened each on its own (1 when jointly): their concatenation carries
+        ``copies`` approximations of the kernel, so eigenvalues are divided by it.
+    sizes : sequence of int
+        Rows of each row chunk of the data (:func:`~dsgd_dask.engine.passes.row_chunks`):
+        the stages draw seeded subsets of them.
+    sample : ndarray
+        The fit's seeded sample: the warm start's rows.
+    seed : int
+        Root seed of the fit (the warm start's random block, the stages' chunk subsets).
+    k, n_oversamples : int
+        Components, and directions carried beyond them (``p = k + n_oversamples``).
+    tol : float
+        Stop after the first full pass whose estimated error is at most ``tol``.
+    center : bool
+        Centre the features.
+    init : {"rca", "random"}
+        Start from subspace iterations on the sample, or from a random block.
+
+    Notes
+    -----
+    The state (what a checkpoint keeps): ``V`` the block (``M x p``), ``prev`` the
+    model's top ``k`` directions after the last pass or stage, ``lam`` and ``mean`` its
+    eigenvalues (not divided by ``copies``) and the features' mean after the last pass,
+    ``shift`` the raw-feature shift of every pass, and ``counters`` ``[staging,
+    rows_before, step]``: whether stages go on, the rows of the last stage (the warm
+    start's first) and the passes taken, stages included (the key of the next stage's
+    chunk subset). A stage's pass is not an iteration (``counted=False``); its measure
+    is the estimated error of the next block on all rows.
+    """
+
+    name = "subspace"
+    measure_name = "estimated_error"
+
+    def __init__(self, features, n_blocks: int, whitening, copies: int, sizes, sample: np.ndarray, seed: int,
+                 k: int, n_oversamples: int, tol: float, center: bool, init: str):
+        self.features = features
+        self.n_blocks = int(n_blocks)
+        self.whitening = whitening
+        self.copies = int(copies)
+        self.sizes = np.asarray(sizes, dtype=np.int64)
+        self.n = int(self.sizes.sum())
+        self.sample = sample
+        self.seed = seed
+        self.k = int(k)
+        self.n_oversamples = int(n_oversamples)
+        self.tol = float(tol)
+        self.center = bool(center)
+        self.init = init
+
+    # -- the driver's hooks
+    def start(self) -> dict:
+        V, vals, shift, rows = self._warm_start()
+        # Ritz values of the concatenated blocks are n_blocks times the operator's
+        check_variance(float(vals[0]) / self.copies)
+        M = V.shape[0]
+        return {"V": V, "prev": np.ascontiguousarray(V[:, :self.k]), "lam": np.zeros(self.k), "mean": np.zeros(M),
+                "shift": shift, "counters": np.array([1, rows, 0], dtype=np.int64)}
+
+    def plan(self, state: dict):
+        return covariance_request(self.features, self.n_blocks, state["V"], state["shift"], whitening=self.whitening,
+                                  chunks=self._stage_chunks(state))
+
+    def update(self, state: dict, totals: PassTotals) -> Update:
+        k, copies = self.k, self.copies
+        V, prev, shift = state["V"], state["prev"], state["shift"]
+        _, rows_before, step = (int(c) for c in state["counters"])
+        chunks = self._stage_chunks(state)
+        sums = covariance_times(totals, self.features, V, shift, self.center, whitening=self.whitening)
+        R, lam_v, V_next = ritz_step(V, sums.cov_times)
+        err_ritz = residual_sin2(V, sums.cov_times, R, lam_v, k)
+        rho = contraction(lam_v, k)
+        step += 1
+        if chunks is not None:
+            # Error of the next block on all rows: the contracted error of this one plus
+            # the noise of this stage's rows (the residual measured here charged to the
+            # noise of the previous, smaller sample, falling as 1 / rows).
+            rows = totals.n
+            ahead = err_ritz * (rho + rows_before / rows)
+            staging = rho * ahead > self.tol
+            top = np.ascontiguousarray(R[:, :k])
+            extra = {"change": subspace_sin2(prev, top), "eigenvalues": (lam_v[:k] / copies).tolist()}
+            after = {**state, "V": V_next, "prev": top,
+                     "counters": np.array([staging, rows, step], dtype=np.int64)}
+            return Update(after, ahead, counted=False, extra=extra)
+        ext = nystroem_extension(V, sums.cov_times, k)
+        U, lam, err = (ext[0], ext[1], err_ritz * rho) if ext is not None else (R[:, :k], lam_v[:k], err_ritz)
+        U = np.ascontiguousarray(U)
+        extra = {"stage": False, "change": subspace_sin2(prev, U), "eigenvalues": (lam / copies).tolist(),
+                 "residual_error": err_ritz, "contraction": rho}
+        after = {"V": V_next, "prev": U, "lam": np.asarray(lam[:k], dtype=np.float64), "mean": sums.mean,
+                 "shift": shift, "counters": np.array([False, rows_before, step], dtype=np.int64)}
+        return Update(after, err, counted=True, extra=extra)
+
+    def done(self, record: dict) -> bool:
+        return not record.get("stage", False) and record["measure"] <= self.tol
+
+    def model(self, state: dict) -> KernelExpansion:
+        """The callback's model: the current raw functions (neither centred nor rotated) on the model's features."""
+        coef = state["prev"] / np.sqrt(self.copies)
+        return KernelExpansion(self.features, coef if self.whitening is None else self.whitening.fold(coef))
+
+    # -- its parts
+    def _stage_chunks(self, state: dict):
+        """The row chunks of the next pass if it is a sampled stage, else ``None`` (a pass over every row).
+
+        A stage is taken while stages go on and it holds at most ``STAGE_MAX_FRACTION`` of
+        the rows: ``STAGE_GROWTH`` times the rows of the stage before (the warm start's
+        first), in whole chunks of a seeded subset. Stages stop once one predicts that
+        the next pass ends the fit (``update``).
+        """
+        staging, rows_before, step = (int(c) for c in state["counters"])
+        if staging and STAGE_GROWTH * rows_before <= STAGE_MAX_FRACTION * self.n:
+            return chunk_subset(self.sizes, STAGE_GROWTH * rows_before, self.seed, key=step)
+        return None
+
+    def _warm_start(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """``(V, lam, shift, rows)``: an orthonormal block of ``p`` directions from subspace iterations on the sample.
+
+        The features of (part of) the sample are held in memory, so each iteration is two
+        small products; the block is the starting point of the passes. Also the raw-feature
+        shift the passes subtract (the sample's mean raw features) and the rows used.
+        ``V`` is in the space of the concatenated features, ``lam`` its Ritz values (per
+        block, as the passes report them).
+        """
+        features, J, k = self.features, self.n_blocks, self.k
+        M = J * features.block_size
+        sample = self.sample
+        rows = int(min(sample.shape[0], max(N_INIT, WARM_FLOATS // M)))
+        width = min(k + self.n_oversamples, M)
+        raw = features.raw_transform(sample[:rows], 0, J)
+        shift = raw.mean(axis=0, dtype=np.float64)
+        if self.whitening is not None:
+            Z = self.whitening.whiten(raw).astype(features.dtype)
+            del raw
+        else:
+            del raw
+            Z = features.transform(sample[:rows], 0, J)
+        if self.center:
+            Z -= Z.mean(axis=0, dtype=np.float64).astype(Z.dtype)
+        rng = np.random.Generator(np.random.SFC64(np.random.SeedSequence(self.seed, spawn_key=(WARM_TAG,))))
+        V = orthonormal(rng.standard_normal((M, width)))
+        if self.init == "random":
+            # the random block itself (rotated to its Ritz vectors): the passes start from scratch
+            CV = (Z.T @ (Z @ V.astype(Z.dtype))).astype(np.float64) / rows
+            R, lam, _ = ritz_step(V, CV)
+            return R, lam, shift, rows
+        prev = None
+        for _ in range(WARM_ITERATIONS):
+            CV = (Z.T @ (Z @ V.astype(Z.dtype))).astype(np.float64) / rows
+            R, lam, V = ritz_step(V, CV)
+            if prev is not None and estimated_error(subspace_sin2(prev, R[:, :k]),
+                                                    contraction(lam, k)) <= WARM_TOL:
+                break
+            prev = R[:, :k]
+        return R, lam, shift, rows
+
+
+#: Solver names of model stores written before the solver table (``"oja"``: the dsgd steps).
+_RENAMED = {"oja": "dsgd"}

@@ -1,20 +1,23 @@
-"""Doubly stochastic kernel machines: KernelRidge, KernelSVC, KernelLogisticRegression.
+"""Kernel machines: KernelRidge, KernelSVC, KernelLogisticRegression.
 
 One base on the shared step engine (the rule :class:`~dsgd_dask.rules.machines.MachineRule`
 with a loss): the same features, streams, checkpoints and saved models as the component
 estimators. Targets travel with the rows (stacked as the last columns of every chunk);
-class labels are encoded as codes before, so any label type works.
+class labels are encoded as codes before, so any label type works. Kernel ridge
+regression also has full-data passes of conjugate gradients (``solver="cg"``,
+:mod:`dsgd_dask.engine.ridge`) and the dense ``n x n`` solve (``solver="exact"``), all
+three minimising the same objective.
 """
 
 from __future__ import annotations
 
 import warnings
-from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import partial
 
 import dask.array as da
 import numpy as np
+from scipy.linalg import LinAlgWarning, cho_factor, cho_solve, lstsq
 from scipy.special import expit, softmax
 from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.exceptions import DataConversionWarning
@@ -22,35 +25,40 @@ from sklearn.utils.multiclass import type_of_target
 from sklearn.utils.validation import check_is_fitted
 
 from dsgd_dask._threads import one_blas_thread
-from dsgd_dask._validation import check_choice, check_float
-from dsgd_dask.engine.distributed import active_client
-from dsgd_dask.engine.passes import full_pass
-from dsgd_dask.engine.ridge import (
-    BlockJacobi,
-    CGState,
-    LandmarkPreconditioner,
-    RKHSPenalty,
-    precision_ridge,
-    ridge_pass,
-)
-from dsgd_dask.engine.steps import StepState
+from dsgd_dask._validation import check_choice, check_float, check_int
+from dsgd_dask.baselines._dense import MAX_SAMPLES, materialise
+from dsgd_dask.engine.driver import run_passes
+from dsgd_dask.engine.ridge import CGSolver, JointNystroemBlocks, precision_ridge
+from dsgd_dask.engine.steps import StepConfig, StepState
+from dsgd_dask.estimators._base import kernel_spec
+from dsgd_dask.estimators._solvers import Clock, check_partial_fit, check_solver, record
 from dsgd_dask.estimators._steps import model_fingerprint, register
-from dsgd_dask.estimators.components import ComponentStepEstimator
+from dsgd_dask.estimators.components import N_SAMPLE, ComponentStepEstimator
+from dsgd_dask.features.kernels import kernel_matrix
+from dsgd_dask.features.nystroem import NystroemFeatures
 from dsgd_dask.model.expansion import KernelExpansion
-from dsgd_dask.progress import pass_bar
 from dsgd_dask.rules.machines import MachineRule
+from dsgd_dask.streams.batches import sample_rows
 from dsgd_dask.streams.inputs import numeric_array
 from dsgd_dask.transform.lazy import apply_rows
 
 #: A step whose functions reach a mean square above this many times ``max(1, E[y^2])``
 #: (regression) or this bound (classification, margins of order 1) counts as diverged.
 MACHINE_GUARD = 1e4
-#: ``max_iter="auto"`` of ``solver="cg"``: passes of conjugate gradients after the first.
-CG_MAX_PASSES = 100
+#: ``max_iter="auto"`` of ``solver="cg"``: full passes, the first (the right-hand side)
+#: and 100 of conjugate gradients.
+CG_MAX_PASSES = 101
+#: ``solver="exact"`` forms the ``n x n`` float64 kernel matrix: at most this many rows
+#: (3.2 GB of matrix at 20,000).
+EXACT_MAX_SAMPLES = MAX_SAMPLES
 #: ``preconditioner="auto"`` of ``solver="cg"`` takes the landmark preconditioner for Nyström
 #: features of more than one block and at most this many features (its Cholesky factor is
 #: ``M^2`` float64: 2 GiB at 16384 features, 8 GiB at 32768).
 LANDMARK_MAX_FEATURES = 32768
+#: ``KernelRidge(solver="dsgd")`` whitens several Nyström blocks together: at most this many
+#: landmarks (one eigendecomposition of ``M x M``: about a minute on two cores, ``3 M^2``
+#: float64 of memory while it runs, 1.5 GiB at the limit).
+JOINT_STEPS_MAX_FEATURES = 8192
 #: Rows of the sample whose raw features' mean shifts the passes' sums (float32 accuracy).
 N_SHIFT = 2000
 #: ``eta_decay="auto"`` without a regulariser (no strong convexity): the schedule of the component rules.
@@ -89,19 +97,21 @@ class Codes:
 
 
 _MACHINE_PARAMS = """\
-    alpha : float, default=1e-4
-        The RKHS regulariser ``nu`` of ``E[l(f(x), y)] + nu/2 ||f||^2``, in units of the
-        kernel (scikit-learn's ``KernelRidge(alpha=a)`` on ``n`` rows is ``nu = a / n``).
     kernel : {"gaussian", "laplacian", "cauchy", "matern", "arccos"}, default="gaussian"
     bandwidth : "median" or float, default="median"
     kernel_params : dict, optional
     features : {"nystroem", "fourier"}, default="nystroem"
-        Nyström blocks (seeded landmark rows, whitened per block) or random Fourier blocks.
+        Nyström blocks (seeded landmark rows) or random Fourier blocks.
     n_features : int or "auto", default="auto"
-        Feature budget (``"auto"``: ``min(4096, max(1024, 2 n))``), grown by one block per
-        step, then revisited in turn.
+        Feature budget, met exactly (``n_features_``): an integer that cannot be met (not a
+        multiple of an integer ``block_size``, or more Nyström landmarks than rows) is
+        refused with a ``ValueError`` naming valid values. ``"auto"``:
+        ``min(4096, max(1024, 2 n))`` in whole blocks (Nyström: at most the ``n`` rows).
+        The steps add one block per step, then revisit the blocks in turn; blocks not yet
+        reached when the steps stop are in the model at zero.
     block_size : int or "auto", default="auto"
-        1024 for Nyström blocks, 256 for Fourier blocks.
+        1024 for Nyström blocks, 256 for Fourier blocks; with an integer ``n_features``,
+        the fewest equal blocks of half that size to that size.
     batch_size : int, default=256
     max_iter : int or "auto", default="auto"
         Steps; ``"auto"``: ten passes over the data, between 500 and 5000 steps.
@@ -119,6 +129,32 @@ _MACHINE_PARAMS = """\
     compute_dtype, cache_bytes, checkpoint, checkpoint_every, verbose, random_state
         As for :class:`~dsgd_dask.KernelCCA`."""
 
+_CLASSIFIER_ALPHA = """\
+    alpha : float, default=1e-4
+        The regulariser ``nu`` of ``E[l(f(x), y)] + nu/2 ||f||^2``: the mean loss over the
+        rows plus the squared RKHS norm of ``f``. scikit-learn's ``SVC(C=C)`` and
+        ``LogisticRegression(C=C)`` on the kernel minimise ``n C`` times it at
+        ``alpha = 1 / (C n)`` (``n`` rows). The norm is that of the kernel the feature
+        blocks represent, their average: for Fourier blocks (each an unbiased
+        approximation of the kernel) ``J |A|^2`` with ``J`` blocks; for Nyström blocks,
+        each whitened on its own, the average of their ``J`` Nyström kernels (the kernel
+        itself on the landmarks' span when there is one block)."""
+
+_CLASSIFIER_SOLVER = """\
+    solver : {"auto", "dsgd"}, default="auto"
+        ``"dsgd"``: doubly stochastic gradient steps (Dai et al. 2014), the only solver;
+        ``"auto"`` picks it."""
+
+_STEP_ATTRIBUTES = """\
+    solver_ : str
+        The solver that ran (``"dsgd"``).
+    n_iter_ : int
+        Steps taken (what ``max_iter`` bounds; :meth:`partial_fit` adds its steps).
+    convergence_ : list of dict
+        One record per chunk task of steps: ``iteration`` (steps so far), ``rows`` (rows
+        seen), ``seconds`` (since the start of the fit) and ``measure`` (NaN: the steps
+        have no stopping test)."""
+
 
 class _KernelMachine(ComponentStepEstimator):
     _views = ("X",)
@@ -128,12 +164,16 @@ class _KernelMachine(ComponentStepEstimator):
     _loss = "squared"
     #: Bound of the loss's second derivative (squared 1, logistic 1/4, softmax 1/2, hinge: none, 1).
     _loss_curvature = 1.0
+    #: Whether the steps whiten Nyström landmarks jointly (:class:`JointNystroemBlocks`), so that
+    #: they penalise the kernel's own RKHS norm on the landmarks' span as the other solvers do.
+    _joint_steps = False
 
-    def __init__(self, alpha=1e-4, *, kernel="gaussian", bandwidth="median", kernel_params=None,
+    def __init__(self, alpha=1e-4, *, solver="auto", kernel="gaussian", bandwidth="median", kernel_params=None,
                  features="nystroem", n_features="auto", block_size="auto", batch_size=256, max_iter="auto",
                  shuffle_chunks=1, n_partitions=1, eta0=0.5, eta_decay="auto", compute_dtype="float32",
                  cache_bytes=None, checkpoint=None, checkpoint_every=100, verbose=False, random_state=None):
         self.alpha = alpha
+        self.solver = solver
         self.kernel = kernel
         self.bandwidth = bandwidth
         self.kernel_params = kernel_params
@@ -154,10 +194,24 @@ class _KernelMachine(ComponentStepEstimator):
         self.random_state = random_state
 
     # -- the engine's hooks ----------------------------------------------------------------
+    def _solver(self) -> str:
+        """The solver to run: ``solver`` checked against the table, ``"auto"`` resolved (to ``"dsgd"``)."""
+        solver = check_solver(self, self.features)
+        return "dsgd" if solver == "auto" else solver
+
     def _check_params(self, n_samples: int) -> dict:
+        solver = self._solver()
         p = self._check_common(n_samples, k=self._n_outputs)
         p["alpha"] = check_float(self.alpha, "alpha", strict=False)
-        return p
+        joint = self._joint_steps and solver == "dsgd" and p["features"] == "nystroem" and p["n_blocks"] > 1
+        M = p["n_blocks"] * p["block_size"]
+        if joint and M > JOINT_STEPS_MAX_FEATURES:
+            raise ValueError(f"{type(self).__name__}(solver='dsgd') whitens its Nyström landmarks together (one "
+                             f"eigendecomposition of M x M) so that the steps minimise the objective of the other "
+                             f"solvers: at most {JOINT_STEPS_MAX_FEATURES} features in several blocks, got {M}; use "
+                             f"n_features <= {JOINT_STEPS_MAX_FEATURES}, solver='cg' (the same objective by full-data "
+                             "passes) or features='fourier'")
+        return {**p, "solver": solver, "whitening": "joint" if joint else "block"}
 
     def _eta_decay(self, lam: float) -> float:
         # eta_t = theta_0 / (L (1 + theta_1 t)) with theta_1 = theta_0 nu / L is 1 / (nu (t + t_0)):
@@ -178,19 +232,45 @@ class _KernelMachine(ComponentStepEstimator):
         return MachineRule(columns, guard_limit, self._loss, self._params["alpha"], self._encoder())
 
     def _initial(self, z, sample, k):
-        return (np.zeros((z[0].shape[1], k)),)
+        p = self._params
+        # jointly whitened blocks are all fed from the first step (each needs the sections of every
+        # landmark); blocks of their own are added one per step after the first
+        rows = p["n_blocks"] * p["block_size"] if p.get("whitening") == "joint" else z[0].shape[1]
+        return (np.zeros((rows, k)),)
+
+    def _initialise(self, view, seed: int | None = None) -> None:
+        super()._initialise(view, seed)
+        if self._params.get("whitening") == "joint":
+            # the same landmarks, whitened together; the step scale of the blocks whitened on
+            # their own holds (each joint block has about the second moment of one of them)
+            self._features = (JointNystroemBlocks.of(self._features[0]),)
+
+    def _feature_sets(self) -> tuple:
+        f = self._features
+        if self._params.get("whitening") == "joint" and not isinstance(f[0], JointNystroemBlocks):
+            # a loaded model keeps its landmarks as kernel sections: whitened together again to continue
+            self._features = f = (JointNystroemBlocks.of(f[0]),)
+        return f
 
     def _finish(self, sample: np.ndarray) -> None:
-        model = KernelExpansion(self._features[0], self.state_.coef[0])
+        features, coef = self._features[0], self.state_.coef[0]
+        if isinstance(features, JointNystroemBlocks):
+            # the fitted function on the kernel sections: the model holds landmarks and coefficients only
+            features, coef = features.sections(), features.fold(coef)
+        budget = self._params["n_blocks"] * self._params["block_size"]
+        if coef.shape[0] < budget:  # fewer steps than blocks: the blocks not yet reached, at zero
+            coef = np.concatenate([coef, np.zeros((budget - coef.shape[0], coef.shape[1]))])
+        model = KernelExpansion(features, coef)
         model.token = model_fingerprint(model)
         self.models_ = (model,)
         self.n_features_ = model.coef.shape[0]
+        self._n_features_out = model.n_outputs
 
     @property
     def model_(self):
         return self.models_[0]
 
-    # -- targets ---------------------------------------------------------------------------
+    # -- fitting ---------------------------------------------------------------------------
     def fit(self, X, y, *, callback=None):
         """Fit the machine by doubly stochastic steps over the rows of ``(X, y)``.
 
@@ -206,7 +286,14 @@ class _KernelMachine(ComponentStepEstimator):
         -------
         self
         """
-        return self._fit(X, y, callback=callback)
+        self._solver()  # a bad solver or features is refused before anything is read
+        return self._fit_steps(X, y, callback)
+
+    def _fit_steps(self, X, y, callback):
+        self.convergence_ = []
+        self._fit(X, y, callback=callback)
+        self.solver_ = "dsgd"
+        return self
 
     def _checked_target(self, y):
         """``y``'s values (numpy or dask) after the checks every target shares."""
@@ -218,7 +305,10 @@ class _KernelMachine(ComponentStepEstimator):
         return values
 
     def partial_fit(self, X, y, classes=None):
-        """One pass of steps over ``(X, y)`` as the next batch of a stream (the first call initialises).
+        """Doubly stochastic steps over ``(X, y)`` as the next batch of a stream (the first call initialises).
+
+        One step per ``batch_size`` rows given. Only ``solver="dsgd"`` (or ``"auto"``)
+        streams, and only a model fitted by steps continues.
 
         Parameters
         ----------
@@ -230,11 +320,31 @@ class _KernelMachine(ComponentStepEstimator):
         -------
         self
         """
+        check_partial_fit(self)
         first = not hasattr(self, "state_")
+        if hasattr(self, "models_") and getattr(self, "solver_", "dsgd") != "dsgd":
+            raise ValueError(f"this model was fitted by solver={self.solver_!r}; partial_fit continues a model "
+                             "fitted by steps (solver='dsgd'): fit it with solver='dsgd' first")
         if first and classes is None and isinstance(self, ClassifierMixin):
             raise ValueError("classes must be passed on the first call to partial_fit: every class of the "
                              "stream, as scikit-learn's incremental classifiers need")
-        return self._partial_fit(X, y, classes=classes)
+        self._partial_fit(X, y, classes=classes)
+        self.solver_ = "dsgd"
+        return self
+
+    # -- persistence -----------------------------------------------------------------------
+    @classmethod
+    def _legacy_params(cls, params: dict) -> dict:
+        if params.get("solver") == "sgd":  # stores written when the steps were solver="sgd"
+            params["solver"] = "dsgd"
+        return params
+
+    @classmethod
+    def _from_payload(cls, attrs: dict, arrays: dict):
+        est = super()._from_payload(attrs, arrays)
+        if getattr(est, "solver_", None) is None:  # classifiers saved before they had a solver: steps
+            est.solver_ = "dsgd"
+        return est
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -268,37 +378,62 @@ def _target_values(y):
 
 @register
 class KernelRidge(RegressorMixin, _KernelMachine):
-    __doc__ = f"""Kernel ridge regression by doubly stochastic gradients (squared loss; multi-output ``y``).
+    __doc__ = f"""Kernel ridge regression (squared loss; multi-output ``y``): steps, full-data passes or a dense solve.
 
-    Minimises ``E[(f(x) - y)^2] / 2 + alpha/2 ||f||^2`` over ``f = sum_j z_j(x) A_j``. With
-    ``solver="sgd"`` (Dai et al. 2014) each step on a mini-batch shrinks every block by
-    ``1 - eta alpha`` and adds the functional gradient through one random block. With
-    ``solver="cg"`` the feature blocks are fixed and full-data passes solve the normal
-    equations by preconditioned conjugate gradients: the first pass gives the right-hand
-    side, every later pass one product with the second moment of all the features (a
-    reduction over the row chunks, on every worker at once), and the residual falls
-    geometrically instead of as ``O(1/t)``. Memory ``O(M c)`` whatever the number of
-    rows, plus the preconditioner's (``preconditioner``); inputs stream chunk by chunk.
+    Minimises ``E[(f(x) - y)^2] / 2 + alpha/2 ||f||_H^2`` over the functions ``f`` of the
+    features' span: the mean over the ``n`` rows, so scikit-learn's
+    ``KernelRidge(alpha=a)`` is ``alpha = a / n``. ``||f||_H`` is the RKHS norm of the
+    kernel itself on Nyström features (whatever their blocks: the problem of Nyström
+    kernel ridge on all ``M`` landmarks, FALKON's; with every row a landmark, kernel
+    ridge regression itself), and of the blocks' average kernel on Fourier features
+    (``J |A|^2`` for ``f = sum_j z_j A_j``, ``J`` blocks each approximating the kernel).
+    Every solver minimises this same function; they differ in the path:
 
-    The passes on Nyström features penalise the RKHS norm of ``f`` itself,
-    ``||z a||_H^2 = a^T W^T K_LL W a`` (``K_LL`` the kernel matrix of all ``M`` landmarks,
-    ``W`` the blocks' whitenings): kernel ridge regression on the span of the landmarks,
-    the problem of Nyström with ``M`` landmarks (FALKON's), whatever the blocks; with every
-    row a landmark, kernel ridge regression itself. A precision ridge of ``100 eps^2
-    E|r|^2`` on the coefficients of the kernel sections ``r`` keeps the solver from
-    fitting the features' round-off where the blocks are redundant. The steps, and the
-    passes on Fourier features, penalise ``J |A|^2`` (``J`` blocks, each approximating
-    the kernel).
+    - ``"dsgd"``: doubly stochastic gradient steps (Dai et al. 2014). Each step on a
+      mini-batch shrinks every block by ``1 - eta alpha`` and adds the functional
+      gradient through one block. On Nyström features of several blocks the landmarks
+      are whitened together (``sqrt(J) K_LL^{{-1/2}}``, split into blocks: one ``O(M^3)``
+      eigendecomposition per fit, and the sections of all ``M`` landmarks in every step),
+      so that the blocks' average kernel is the Nyström kernel of all the landmarks and
+      the steps penalise the same norm as the passes (at most {JOINT_STEPS_MAX_FEATURES}
+      such features: a ``ValueError`` beyond). Streams (:meth:`partial_fit`) and
+      checkpoints. The error of the steps falls as ``O(1 / (alpha t))`` after ``t``
+      steps.
+    - ``"cg"``: the feature blocks are fixed and full-data passes solve the normal
+      equations by preconditioned conjugate gradients: the first pass gives the
+      right-hand side, every later pass one product with the second moment of all the
+      features (a reduction over the row chunks, on every worker at once), and the
+      residual falls geometrically. Memory ``O(M c)`` whatever the number of rows, plus
+      the preconditioner's (``preconditioner``); inputs stream chunk by chunk. A precision
+      ridge of ``100 eps^2 E|r|^2`` on the coefficients of the kernel sections ``r`` keeps
+      the solver from fitting the features' round-off where the blocks are redundant.
+      Runs on the pass driver: with ``checkpoint``, its state is saved after every pass
+      (``checkpoint_every`` does not apply), and a fit interrupted then run again with the
+      same parameters and data resumes after the last pass saved, ending bit for bit where
+      an uninterrupted fit does.
+    - ``"exact"``: the ``n x n`` kernel matrix, ``(K + alpha n I) c = y`` by Cholesky,
+      in float64 whatever ``compute_dtype``; at most {EXACT_MAX_SAMPLES:,} rows (a
+      ``ValueError`` beyond). Every training row is a landmark: ``n_features`` is
+      ignored, the model holds the training rows and ``c`` (``n_features_ == n``).
+    - ``"auto"``: ``"dsgd"``.
 
     Parameters
     ----------
-    solver : {{"sgd", "cg"}}, default="sgd"
-        Doubly stochastic steps, or full-data passes of preconditioned conjugate gradients
-        (``max_iter`` then counts passes after the first, ``"auto"``: {CG_MAX_PASSES}; no
-        checkpoints; :meth:`partial_fit` always takes steps).
+    alpha : float, default=1e-4
+        The regulariser of the objective above, in units of the kernel per row:
+        scikit-learn's ``KernelRidge(alpha=a)`` on ``n`` rows is ``alpha = a / n``.
+    solver : {{"auto", "dsgd", "cg", "exact"}}, default="auto"
+        How the objective is minimised (above). ``"dsgd"`` and ``"cg"`` take
+        ``features="nystroem"`` or ``"fourier"``, ``"exact"`` only the default
+        ``"nystroem"`` (its features are the kernel sections at the training rows); any
+        other combination is a ``ValueError`` before anything is read. Only ``"dsgd"``
+        (and ``"auto"``) stream by :meth:`partial_fit`.
+        ``max_iter`` bounds the solver's iterations: steps (``"dsgd"``, below), full
+        passes, the first (the right-hand side) included (``"cg"``; ``"auto"``:
+        {CG_MAX_PASSES}, the first and 100 of conjugate gradients); ``"exact"`` ignores it.
     tol : float, default=1e-6
         ``solver="cg"``: stop once every output's residual ``|b - (E[z z^T] + alpha P) a|``
-        (``P`` the penalty's matrix, above) is below ``tol |b|``.
+        (``P`` the penalty's matrix) is below ``tol |b|``.
     preconditioner : {{"auto", "block", "landmarks"}}, default="auto"
         ``solver="cg"``: the approximation of ``E[z z^T] + alpha P`` whose inverse
         preconditions the passes.
@@ -326,12 +461,22 @@ class KernelRidge(RegressorMixin, _KernelMachine):
     Attributes
     ----------
     model_ : KernelExpansion
-        The fitted function(s).
+        The fitted function(s): Nyström landmarks (or Fourier seeds) and coefficients;
+        ``"exact"``, and ``"dsgd"`` on jointly whitened landmarks, keep the coefficients
+        of the kernel sections (unwhitened Nyström features).
+    solver_ : str
+        The solver that ran: ``"dsgd"``, ``"cg"`` or ``"exact"``.
     n_features_ : int
+        Features of the model (``n`` for ``"exact"``).
     n_iter_ : int
-        Steps, or passes after the first (``"cg"``).
+        Iterations, what ``max_iter`` bounds: steps (``"dsgd"``), full passes, the first
+        included (``"cg"``), 1 (``"exact"``).
     convergence_ : list of dict
-        ``solver="cg"``: the relative residual after each pass.
+        Records with the keys ``iteration``, ``rows`` (rows read so far), ``seconds``
+        (since the start of the fit) and ``measure``: one per chunk task of steps
+        (``"dsgd"``, ``measure`` NaN), one per pass (``"cg"``, ``measure`` the largest
+        relative residual over the outputs, which ``tol`` bounds), one for the dense
+        solve (``"exact"``, NaN).
     preconditioner_ : str
         ``solver="cg"``: the preconditioner used, ``"block"`` or ``"landmarks"``.
     bandwidth_ : float
@@ -353,33 +498,42 @@ class KernelRidge(RegressorMixin, _KernelMachine):
     >>> rng = np.random.default_rng(0)
     >>> X = rng.uniform(-3, 3, size=(1000, 1)); y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=1000)
     >>> reg = KernelRidge(alpha=1e-3, n_features=512, random_state=0).fit(X, y)
-    >>> bool(reg.score(X, y) > 0.9)
-    True
+    >>> reg.solver_, bool(reg.score(X, y) > 0.9)
+    ('dsgd', True)
     >>> passes = KernelRidge(alpha=1e-3, solver="cg", n_features=512, random_state=0).fit(X, y)
-    >>> bool(passes.score(X, y) > 0.9), passes.convergence_[-1]["relative_residual"] <= 1e-6
+    >>> bool(passes.score(X, y) > 0.9), passes.convergence_[-1]["measure"] <= 1e-6
     (True, True)
+    >>> exact = KernelRidge(alpha=1e-3, solver="exact", random_state=0).fit(X, y)
+    >>> exact.n_features_, bool(abs(exact.score(X, y) - passes.score(X, y)) < 0.01)
+    (1000, True)
     """
 
     _numeric_target = True
+    _joint_steps = True
 
-    def __init__(self, alpha=1e-4, *, solver="sgd", tol=1e-6, preconditioner="auto", kernel="gaussian",
+    def __init__(self, alpha=1e-4, *, solver="auto", tol=1e-6, preconditioner="auto", kernel="gaussian",
                  bandwidth="median", kernel_params=None, features="nystroem", n_features="auto", block_size="auto",
                  batch_size=256, max_iter="auto", shuffle_chunks=1, n_partitions=1, eta0=0.5, eta_decay="auto",
                  compute_dtype="float32", cache_bytes=None, checkpoint=None, checkpoint_every=100, verbose=False,
                  random_state=None):
-        super().__init__(alpha, kernel=kernel, bandwidth=bandwidth, kernel_params=kernel_params, features=features,
-                         n_features=n_features, block_size=block_size, batch_size=batch_size, max_iter=max_iter,
-                         shuffle_chunks=shuffle_chunks, n_partitions=n_partitions, eta0=eta0, eta_decay=eta_decay,
-                         compute_dtype=compute_dtype, cache_bytes=cache_bytes, checkpoint=checkpoint,
-                         checkpoint_every=checkpoint_every, verbose=verbose, random_state=random_state)
-        self.solver = solver
+        super().__init__(alpha, solver=solver, kernel=kernel, bandwidth=bandwidth, kernel_params=kernel_params,
+                         features=features, n_features=n_features, block_size=block_size, batch_size=batch_size,
+                         max_iter=max_iter, shuffle_chunks=shuffle_chunks, n_partitions=n_partitions, eta0=eta0,
+                         eta_decay=eta_decay, compute_dtype=compute_dtype, cache_bytes=cache_bytes,
+                         checkpoint=checkpoint, checkpoint_every=checkpoint_every, verbose=verbose,
+                         random_state=random_state)
         self.tol = tol
         self.preconditioner = preconditioner
 
     def _check_params(self, n_samples: int) -> dict:
-        solver = check_choice(self.solver, "solver", ("sgd", "cg"))
         tol = check_float(self.tol, "tol", strict=False)
         pre = check_choice(self.preconditioner, "preconditioner", ("auto", "block", "landmarks"))
+        if self._solver() == "exact":
+            # every training row a landmark, in one block: the budget and the steps' parameters do not apply
+            return {"solver": "exact", "alpha": check_float(self.alpha, "alpha", strict=False), "tol": tol,
+                    "features": "nystroem", "block_size": n_samples, "n_blocks": 1, "max_iter": 1,
+                    "batch_size": check_int(self.batch_size, "batch_size"), "whitening": "block",
+                    "preconditioner": pre}
         p = super()._check_params(n_samples)
         if pre == "landmarks" and p["features"] != "nystroem":
             raise ValueError(f"preconditioner='landmarks' needs Nyström features (features='nystroem'), "
@@ -388,12 +542,12 @@ class KernelRidge(RegressorMixin, _KernelMachine):
             M = p["n_blocks"] * p["block_size"]
             landmarks = p["features"] == "nystroem" and p["n_blocks"] > 1 and M <= LANDMARK_MAX_FEATURES
             pre = "landmarks" if landmarks else "block"
-        if solver == "cg" and self.max_iter == "auto":
+        if p["solver"] == "cg" and self.max_iter == "auto":
             p["max_iter"] = CG_MAX_PASSES
-        return {**p, "solver": solver, "tol": tol, "preconditioner": pre}
+        return {**p, "tol": tol, "preconditioner": pre}
 
     def fit(self, X, y, *, callback=None):
-        """Fit the ridge by doubly stochastic steps (``solver="sgd"``) or by full-data passes (``"cg"``).
+        """Fit the ridge by steps (``"dsgd"``), full-data passes (``"cg"``) or the dense solve (``"exact"``).
 
         Parameters
         ----------
@@ -402,75 +556,103 @@ class KernelRidge(RegressorMixin, _KernelMachine):
             Row-aligned with ``X``.
         callback : callable, optional
             ``callback(n, model)`` with the current expansion after every chunk of steps
-            (``n`` steps) or every pass (``n`` passes).
+            (``n`` steps), every full pass (``n`` passes, the first included: its model is
+            zero; called once the pass's checkpoint is written, so an exception raised by
+            the callback interrupts a fit that resumes after that pass) or the dense solve
+            (``n = 1``).
 
         Returns
         -------
         self
         """
-        if self.solver != "cg":
-            return self._fit(X, y, callback=callback)
-        vx, _, view = self._validate_pair(X, y, reset=True)
-        if self.checkpoint is not None:
-            raise ValueError("checkpoint is supported with solver='sgd'; a solver='cg' fit is a few passes "
-                             "over the data")
-        with one_blas_thread():
-            self._initialise(view)
-            self._solve_by_passes(vx, view, callback)
-            self._finish(self._sample)
-        del self._sample
+        solver = self._solver()  # a bad combination is refused before anything is read
+        self.__dict__.pop("preconditioner_", None)  # of an earlier fit by passes
+        if solver == "exact":
+            return self._fit_exact(self._validate_pair(X, y, reset=True)[2], callback)
+        self.convergence_ = []
+        self._fit(X, y, callback=callback)
+        self.solver_ = solver
         return self
 
-    def _solve_by_passes(self, vx, view, callback) -> None:
+    # -- the passes ("cg") ---------------------------------------------------------------------
+    def _by_passes(self) -> bool:
+        return self._solver() == "cg"
+
+    def _solve(self, view, callback, checkpointer) -> None:
+        if self._params["solver"] != "cg":
+            super()._solve(view, callback, checkpointer)
+            return
+        self._fit_passes(view, callback, checkpointer)
+        self._finish(self._sample)
+
+    def _fit_passes(self, view, callback=None, checkpoint=None) -> None:
+        """Preconditioned conjugate gradients on the pass driver (:class:`~dsgd_dask.engine.ridge.CGSolver`)."""
         p = self._params
         J = p["n_blocks"]
         features = self._features[0]
         x_cols, y_cols = self._columns()
-        landmarks = p["preconditioner"] == "landmarks"
-        client = active_client() if view.is_dask else None
-        ref = client.scatter(features, broadcast=True, hash=False) if client is not None else None
-        token = model_fingerprint(KernelExpansion(features, self.state_.coef[0]))
-        sums = ridge_pass(view, features, J, x_cols, y_cols, token=token, features_ref=ref, with_blocks=not landmarks)
-        # both from the features and the pass's reduced sums, in this process: the same on any scheduler
+        # both from the features and the sample, in this process: the same on any scheduler
         raw = features.raw_transform(self._sample[:N_SHIFT, x_cols], 0, J)
         shift = raw.mean(axis=0, dtype=np.float64)
-        if p["features"] == "nystroem":
-            # the RKHS norm of f itself: Nyström kernel ridge on all M landmarks
-            ridge = precision_ridge(raw, features.dtype, centre=False)
-            if landmarks:
-                precondition = LandmarkPreconditioner(features, J, p["alpha"], rkhs=True, ridge=ridge)
-                # the same system as block-Jacobi's: the factor's floor stays in the preconditioner
-                penalty = RKHSPenalty(features, J, p["alpha"], ridge, gram=precondition.gram)
-            else:
-                penalty = RKHSPenalty(features, J, p["alpha"], ridge)
-                precondition = BlockJacobi(sums.blocks, 0.0, penalty.block_diagonal())
-        else:
-            # J blocks each approximate the kernel: |f|^2 = J |A|^2 (see _norms)
-            precondition = BlockJacobi(sums.blocks, p["alpha"] * J)
-
-            def penalty(P, ridge=p["alpha"] * J):
-                return ridge * P
-        self.preconditioner_ = p["preconditioner"]
+        # Nyström: the precision ridge of the RKHS penalty (Fourier blocks: the penalty J |A|^2 alone)
+        ridge = precision_ridge(raw, features.dtype, centre=False) if p["features"] == "nystroem" else 0.0
         del raw
-        cg = CGState.start(sums.cross, precondition)
-        self.convergence_ = [{"pass": 1, "relative_residual": cg.relative_residual(sums.cross)}]
-        passes = 0
-        bar = pass_bar(p["max_iter"]) if self.verbose else nullcontext()
-        with bar as progress:
-            while passes < p["max_iter"] and self.convergence_[-1]["relative_residual"] > p["tol"]:
-                Ap = full_pass(vx, features, J, cg.p, shift, False, token=token, features_ref=ref).cov_times
-                cg.advance(Ap + penalty(cg.p), precondition)
-                passes += 1
-                res = cg.relative_residual(sums.cross)
-                self.convergence_.append({"pass": passes + 1, "relative_residual": res})
-                if progress is not None:
-                    progress(passes, None, None, relative_residual=res)
-                if callback is not None:
-                    callback(passes, KernelExpansion(features, cg.x))
-        del ref
-        self.state_ = StepState((cg.x,), 0, self.state_.eta_scale)
-        self.n_iter_ = passes
-        self.n_passes_ = passes + 1
+        solver = CGSolver(features, J, (x_cols, y_cols), p["alpha"], shift, p["preconditioner"], ridge=ridge,
+                          tol=p["tol"])
+        run = run_passes(solver, view, p["max_iter"], callback=callback, checkpoint=checkpoint,
+                         verbose=self.verbose, desc="KernelRidge(solver='cg')" if self.verbose else None)
+        del solver  # the preconditioner: M^2 float64 for the landmarks'
+        self.preconditioner_ = p["preconditioner"]
+        self.convergence_ = run.records
+        self.n_iter_ = run.n_iter
+        self.state_ = StepState((run.state["x"],), 0, self.state_.eta_scale)
+
+    def _fit_exact(self, view, callback):
+        """``(K + alpha n I) c = y`` on the ``n`` training rows; the model's features: the kernel sections at them."""
+        n = view.n_samples
+        if n > EXACT_MAX_SAMPLES:
+            raise ValueError(f"KernelRidge(solver='exact') forms the dense {n} x {n} kernel matrix and is limited to "
+                             f"n_samples <= {EXACT_MAX_SAMPLES} (got {n}); use solver='cg' or 'dsgd' for larger "
+                             "data, or fit on a subsample")
+        clock = Clock()
+        p = self._params = self._check_params(n)
+        self.seed_ = self._seed(self.random_state)
+        x_cols, y_cols = self._columns()
+        # the bandwidth of the other solvers on the same seed: the same kernel
+        spec = kernel_spec(self.kernel, self.bandwidth, self.kernel_params,
+                           sample_rows(view, N_SAMPLE, self.seed_)[:, x_cols])
+        data = materialise(view)
+        X, Y = data[:, x_cols], data[:, y_cols]
+        del data
+        K = kernel_matrix(spec, X)
+        K.flat[::n + 1] += p["alpha"] * n
+        with one_blas_thread():  # OpenBLAS's threaded potrf crashes on large matrices on some machines
+            try:
+                coef = cho_solve(cho_factor(K, lower=True, overwrite_a=True, check_finite=False), Y,
+                                 check_finite=False)
+            except np.linalg.LinAlgError:
+                warnings.warn("the kernel matrix plus alpha n I is singular: the least-squares solution instead "
+                              "(as scikit-learn's KernelRidge)", LinAlgWarning, stacklevel=3)
+                K = kernel_matrix(spec, X)
+                K.flat[::n + 1] += p["alpha"] * n
+                coef = lstsq(K, Y)[0]
+        del K
+        center = X.mean(axis=0) if spec.shift_invariant else None
+        features = NystroemFeatures(spec, X, n, self.seed_, "float64", center=center, whiten=False)
+        self._features = (features,)
+        # a step state (the solution; no step taken), as every machine keeps: saved and loaded alike
+        self.state_ = StepState((coef,), 0, 1.0)
+        self._config = StepConfig(n_blocks=1, batch_size=p["batch_size"], eta_decay=0.0)
+        self._rule = self._make_rule(self._columns(), MACHINE_GUARD)
+        self._n_calls = 0
+        self.kernel_, self.bandwidth_ = spec, spec.bandwidth
+        self._finish(None)
+        self.n_iter_ = 1
+        self.convergence_ = [record(1, n, clock(), None)]
+        self.solver_ = "exact"
+        if callback is not None:
+            callback(1, self.model_)
+        return self
 
     def _target(self, y, first: bool, classes=None):
         values = self._checked_target(y)
@@ -606,18 +788,22 @@ class _KernelClassifier(ClassifierMixin, _KernelMachine):
 class KernelSVC(_KernelClassifier):
     __doc__ = f"""Kernel support vector classification by doubly stochastic gradients (hinge loss).
 
-    Binary problems fit one function with the hinge loss on labels ``{{-1, +1}}``;
+    Minimises ``E[l(f(x), y)] + alpha/2 ||f||^2`` with the hinge loss
+    ``l = max(0, 1 - y f(x))``: binary problems fit one function on labels ``{{-1, +1}}``;
     ``c > 2`` classes fit ``c`` one-vs-rest functions in one pass, sharing the features.
 
     Parameters
     ----------
+{_CLASSIFIER_ALPHA}
+{_CLASSIFIER_SOLVER}
 {_MACHINE_PARAMS}
 
     Attributes
     ----------
     classes_ : ndarray
     model_ : KernelExpansion
-    n_features_, n_iter_, bandwidth_, seed_, n_features_in_
+{_STEP_ATTRIBUTES}
+    n_features_, bandwidth_, seed_, n_features_in_
 
     References
     ----------
@@ -630,8 +816,8 @@ class KernelSVC(_KernelClassifier):
     >>> rng = np.random.default_rng(0)
     >>> X = rng.normal(size=(600, 2)); y = (X[:, 0] ** 2 + X[:, 1] ** 2 > 1.4).astype(int)
     >>> svc = KernelSVC(n_features=512, random_state=0).fit(X, y)
-    >>> bool(svc.score(X, y) > 0.9)
-    True
+    >>> svc.solver_, bool(svc.score(X, y) > 0.9)
+    ('dsgd', True)
     """
 
     _loss = "hinge"
@@ -641,15 +827,22 @@ class KernelSVC(_KernelClassifier):
 class KernelLogisticRegression(_KernelClassifier):
     __doc__ = f"""Kernel logistic regression by doubly stochastic gradients (binary; multinomial softmax).
 
+    Minimises ``E[l(f(x), y)] + alpha/2 ||f||^2`` with the logistic loss
+    ``log(1 + exp(-y f(x)))`` (binary, one function) or the multinomial loss
+    ``-log softmax(f(x))_y`` (``c > 2`` classes, ``c`` functions).
+
     Parameters
     ----------
+{_CLASSIFIER_ALPHA}
+{_CLASSIFIER_SOLVER}
 {_MACHINE_PARAMS}
 
     Attributes
     ----------
     classes_ : ndarray
     model_ : KernelExpansion
-    n_features_, n_iter_, bandwidth_, seed_, n_features_in_
+{_STEP_ATTRIBUTES}
+    n_features_, bandwidth_, seed_, n_features_in_
 
     References
     ----------

@@ -1,33 +1,38 @@
-"""KernelSVD and KernelCCA: two-view component analysis by doubly stochastic steps."""
+"""KernelSVD and KernelCCA: two-view component analysis by doubly stochastic steps, full-data passes, one pass
+of feature moments, or the dense kernel matrix."""
 
 from __future__ import annotations
 
-from contextlib import nullcontext
-
+import dask
 import numpy as np
 from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
 from dsgd_dask._validation import check_choice, check_float, check_int
-from dsgd_dask.engine.distributed import active_client
-from dsgd_dask.engine.passes import cross_pass
+from dsgd_dask.baselines.exact_two_view import check_kernel, check_two_view_size, exact_two_view, materialise_pair
+from dsgd_dask.baselines.rcca import randomized_cca
+from dsgd_dask.engine.driver import Update, run_passes
+from dsgd_dask.engine.passes import cross_covariances, cross_request
 from dsgd_dask.engine.ridge import LandmarkPreconditioner, precision_ridge
 from dsgd_dask.engine.steps import StepState
+from dsgd_dask.estimators._solvers import Clock, check_partial_fit, check_solver, record
 from dsgd_dask.estimators._steps import model_fingerprint, register
-from dsgd_dask.estimators.components import N_INIT, ComponentStepEstimator
+from dsgd_dask.estimators.components import N_INIT, N_SAMPLE, ComponentStepEstimator
 from dsgd_dask.metrics import paired_correlations
 from dsgd_dask.model.expansion import KernelExpansion
-from dsgd_dask.progress import pass_bar
 from dsgd_dask.rules.solutions import cca_ritz, cross_svd, ridge_cca
 from dsgd_dask.rules.subspace import orthonormal
 from dsgd_dask.rules.two_view import KCCARule, KSVDRule
+from dsgd_dask.streams.batches import sample_rows, view_seed
 
 #: Directions carried beyond ``n_components`` by the passes of kernel CCA.
 CCA_OVERSAMPLES = 10
-#: Default largest number of full-data passes of kernel CCA.
+#: Default largest number of full-data passes of kernel CCA (``solver="lobpcg"``).
 CCA_MAX_PASSES = 30
 #: Floats of raw features of the sample rows that set the passes' shift.
 SHIFT_FLOATS = 1 << 24
+#: Solvers that fit in one go, without a step state (their models cannot continue by steps).
+DIRECT_SOLVERS = ("rca", "exact")
 
 _SHARED_PARAMS = """\
     n_components : int, default=2
@@ -36,59 +41,118 @@ _SHARED_PARAMS = """\
         Kernel family of each view.
     bandwidth_x, bandwidth_y : "median" or float, default="median"
         Length scale of each view's kernel; ``"median"``: the median trick on a seeded
-        sample of that view.
+        sample of that view (the same sample for every solver).
     kernel_params_x, kernel_params_y : dict, optional
         Shape parameters of each view's kernel (``{"nu": ...}`` for matern,
         ``{"order": ...}`` for arccos).
     features : {"nystroem", "fourier"}, default="nystroem"
-        Feature blocks of each view: kernel sections at seeded landmark rows (the same
-        rows of both views), whitened per block, or random Fourier blocks regenerated
-        from their seeds (the papers' blocks). Each view has its own seeds.
+        How the functions are represented: kernel sections at seeded landmark rows (the
+        same rows of both views), or random Fourier blocks regenerated from their seeds
+        (the papers' blocks); each view has its own seeds. ``solver="exact"`` takes
+        every training row as a landmark (``"nystroem"`` only).
     n_features : int or "auto", default="auto"
-        Feature budget ``M`` per view (whole blocks; Nyström: at most the rows).
-        ``"auto"``: ``min(4096, max(1024, 2 n))``. Features grow by one block per step
-        until the budget is reached; later steps revisit the blocks in turn.
+        Feature budget ``M`` per view, met exactly: an integer that no blocks can make
+        up (see ``block_size``), or more Nyström landmarks than rows, is a
+        ``ValueError`` naming valid budgets. ``"auto"``: ``min(4096, max(1024, 2 n))``
+        in whole blocks (Nyström: at most the ``n`` rows). ``solver="exact"`` ignores
+        it (``n_features_`` is then ``n``).
     block_size : int or "auto", default="auto"
-        Features per block: 1024 for Nyström blocks, 256 for Fourier blocks; at least
-        ``n_components``.
+        Features per block, at least ``n_components``; an integer ``n_features`` must
+        be a multiple of it. ``"auto"``: ``n_features`` in equal blocks of at most 1024
+        Nyström landmarks or 256 Fourier features (for ``n_features="auto"``: blocks of
+        1024, at most ``n``, or 256). ``"dsgd"`` grows the functions by one block per
+        step; the passes and ``"rca"`` use all blocks at once.
     batch_size : int, default=256
-        Rows per step.
+        Rows per step (``"dsgd"``).
     max_iter : int or "auto", default="auto"
-        Number of steps; ``"auto"``: ten passes over the data, between 500 and 5000 steps.
+        Most iterations (``n_iter_``): steps for ``"dsgd"`` (``"auto"``: ten passes over
+        the data, between 500 and 5000 steps); full-data passes for ``"lobpcg"``
+        (``"auto"``: 30). ``"rca"`` and ``"exact"`` have one iteration and ignore it.
     shuffle_chunks : int, default=1
-        For chunked inputs, how many chunks (in a seeded random order per epoch) have
-        their rows shuffled together.
+        ``"dsgd"``: for chunked inputs, how many chunks (in a seeded random order per
+        epoch) have their rows shuffled together.
     n_partitions : int, default=1
-        Data-parallel steps: every mini-batch split over this many slabs of the data,
-        each part's sums computed where its rows live, reduced before one update.
+        ``"dsgd"``: every mini-batch split over this many slabs of the data, each part's
+        sums computed where its rows live, reduced before one update.
     eta0 : float, default=0.5
-        ``theta_0`` of the step size ``eta_t = theta_0 / (lambda_1 (1 + theta_1 t))``,
+        ``"dsgd"``: ``theta_0`` of the step size ``eta_t = theta_0 / (lambda_1 (1 + theta_1 t))``,
         relative to the largest eigenvalue ``lambda_1`` of the first block's covariance
         (either view) on a sample, so that the default works on any data scale.
     eta_decay : float, default=0.01
-        ``theta_1`` of the step size.
+        ``"dsgd"``: ``theta_1`` of the step size.
     compute_dtype : {"float32", "float64"}, default="float32"
-        Precision of the features; coefficients and statistics accumulate in float64.
+        Precision of the features of ``"dsgd"``, ``"lobpcg"`` and ``"rca"`` with Fourier
+        features; sums and coefficients are float64. ``"rca"`` with Nyström features
+        and ``"exact"`` compute in float64.
     cache_bytes : int, optional
         Memory budget for cached Fourier blocks (``None``: a quarter of the free memory,
         at most 4 GiB; 0 regenerates every block at every use).
     checkpoint : str or Path, optional
-        Zarr group where :meth:`fit` saves its state every ``checkpoint_every`` steps,
-        atomically; an existing checkpoint of the same fit is resumed (same final model),
-        one of another fit refused.
+        Zarr group where :meth:`fit` saves its state (``"dsgd"``: every
+        ``checkpoint_every`` steps; ``"lobpcg"``: after every pass, with its
+        ``convergence_`` records), atomically; an existing checkpoint of the same fit is
+        resumed (the same final model, bit for bit), one of another fit, or of another
+        solver, refused. ``"rca"`` (one pass) and ``"exact"`` ignore it.
     checkpoint_every : int, default=100
-        Steps between checkpoints.
+        Steps between checkpoints (``"dsgd"``).
     verbose : bool, default=False
-        Show a progress bar of the steps.
+        Show a progress bar of the steps or passes (``"lobpcg"``: with the measure of
+        the last pass; ``"rca"``: its one pass).
     random_state : int, RandomState instance or None, default=None
-        Root seed of the feature blocks, the landmarks and the mini-batch shuffles."""
+        Root seed of the bandwidth sample, the feature blocks, the landmarks and the
+        mini-batch shuffles (the same landmarks and Fourier blocks for every solver)."""
+
+_SHARED_ATTRIBUTES = """\
+    solver_ : str
+        The solver that ran (``"auto"`` resolved); ``"dsgd"`` after :meth:`partial_fit`.
+    models_ : tuple of KernelExpansion
+        The fitted ``f`` (on ``x``'s features) and ``g`` (on ``y``'s), centred on the fit
+        sample (``"rca"``, ``"exact"``: on the training rows). ``"exact"``: kernel sections
+        at every training row, their coefficients the centred dual coefficients;
+        ``"rca"`` with Nyström features: sections at the landmarks, the joint whitening
+        folded into the coefficients.
+    bandwidth_ : tuple of float
+        The bandwidths of the two views.
+    kernel_ : tuple of KernelSpec
+        The kernels of the two views, with their bandwidths.
+    n_features_ : int
+        Features per view in the model: ``n_features`` when it is an integer (``"dsgd"``
+        grows one block per step, so :meth:`fit` refuses ``max_iter`` below the number of
+        blocks, and a stream reaches it after that many steps); the training rows for
+        ``"exact"``.
+    n_iter_ : int
+        Iterations: steps taken (``"dsgd"``), full-data passes (``"lobpcg"``), 1 for
+        ``"rca"`` (its pass) and ``"exact"`` (its solve).
+    convergence_ : list of dict
+        One record per iteration run: per chunk task of steps for ``"dsgd"`` (at its
+        last step), per pass for ``"lobpcg"``, one for ``"rca"`` and ``"exact"``. Each
+        holds ``iteration`` (steps or passes so far, or 1), ``rows`` (rows seen so far),
+        ``seconds`` (since the start of the fit) and ``measure`` (what ``tol`` is
+        compared with: ``"lobpcg"``, the largest change of one of the top
+        ``n_components`` canonical correlations over the pass, ``inf`` after the
+        first; NaN for the other solvers, which have no stopping test); ``"lobpcg"``
+        records add ``correlations`` (the top ``n_components`` after the pass).
+    seed_ : int
+        Root seed of the fit.
+    n_features_in_, n_features_in_y_ : int
+        Columns of ``X`` and of ``Y``."""
 
 
 class _TwoViewEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ComponentStepEstimator):
     _views = ("X", "Y")
 
+    def _auto_solver(self, features: str) -> str:
+        """The solver ``solver="auto"`` runs with these features."""
+        return "dsgd"
+
+    def _resolved_solver(self) -> str:
+        """``solver`` checked against the solver table (before any work), ``"auto"`` resolved."""
+        features = check_choice(self.features, "features", ("nystroem", "fourier"))
+        solver = check_solver(self, features)
+        return self._auto_solver(features) if solver == "auto" else solver
+
     def fit(self, X, Y, *, callback=None):
-        """Fit the pairs of functions by doubly stochastic steps over the rows of ``(X, Y)``.
+        """Fit the pairs of functions on the rows of ``(X, Y)`` with the chosen solver.
 
         Parameters
         ----------
@@ -97,17 +161,35 @@ class _TwoViewEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Compo
             Row-aligned with ``X`` (same number of rows; dask inputs are rechunked lazily
             to the same row chunks).
         callback : callable, optional
-            ``callback(n_steps, (model_x, model_y))`` with the raw expansions of the current
-            functions, after every chunk of steps (fetches the state from a cluster).
+            ``callback(n_iter, (model_x, model_y))`` with the raw expansions of the current
+            functions: after every chunk task of steps (``"dsgd"``; fetches the state from
+            a cluster) or every pass (``"lobpcg"``: the top ``n_components`` Ritz pairs,
+            after the pass's checkpoint is written, so that an exception raised by the
+            callback interrupts a fit that resumes after that pass). Not called by
+            ``"rca"`` and ``"exact"``.
 
         Returns
         -------
         self
         """
-        return self._fit(X, Y, callback=callback)
+        solver = self._resolved_solver()
+        self.convergence_ = []
+        self._run_solver = solver
+        try:
+            if solver in DIRECT_SOLVERS:
+                self._fit_direct(X, Y, solver)
+            else:
+                self._fit(X, Y, callback=callback)
+        finally:
+            del self._run_solver
+        self.solver_ = solver
+        return self
 
     def partial_fit(self, X, Y):
-        """One pass of steps over ``(X, Y)`` as the next batch of a stream (the first call initialises).
+        """One pass of doubly stochastic steps over ``(X, Y)`` as the next batch of a stream.
+
+        The first call initialises (as ``solver="dsgd"``); a model fitted by ``"lobpcg"``
+        continues from its functions. Only with ``solver="auto"`` or ``"dsgd"``.
 
         Parameters
         ----------
@@ -117,7 +199,20 @@ class _TwoViewEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Compo
         -------
         self
         """
-        return self._partial_fit(X, Y)
+        check_partial_fit(self)
+        if getattr(self, "solver_", None) in DIRECT_SOLVERS:
+            raise ValueError(f"partial_fit continues doubly stochastic steps, but this model was fitted by "
+                             f"solver={self.solver_!r}, which keeps no step state: refit it, or stream into a new "
+                             f"{type(self).__name__}")
+        if not hasattr(self, "state_") or getattr(self, "solver_", "dsgd") != "dsgd":
+            self.convergence_ = []  # the records of steps (a "lobpcg" model's passes are not steps)
+        self._run_solver = "dsgd-stream"
+        try:
+            self._partial_fit(X, Y)
+        finally:
+            del self._run_solver
+        self.solver_ = "dsgd"
+        return self
 
     def transform(self, X, Y=None):
         """The fitted functions on ``X`` (and ``Y``).
@@ -145,51 +240,204 @@ class _TwoViewEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Compo
     def score(self, X, Y):
         """Sum over the components of the correlation of ``f_i(X)`` with ``g_i(Y)`` (computed).
 
-        The papers' measure (top-``k`` correlation sum on held-out rows).
+        The papers' measure (top-``k`` correlation sum on held-out rows); lazy inputs are
+        projected and the variates computed with one ``dask.compute``. A component with a
+        constant variate counts 0.
         """
-        U, V = self.transform(X, Y)
+        U, V = dask.compute(*self.transform(X, Y))
         return float(paired_correlations(np.asarray(U), np.asarray(V)).sum())
+
+    # -- parameters --------------------------------------------------------------------------
+    def _check_params(self, n_samples: int, solver: str | None = None) -> dict:
+        solver = solver or self.__dict__.get("_run_solver", "dsgd")
+        stream = solver == "dsgd-stream"
+        solver = "dsgd" if stream else solver
+        for v in (0, 1):  # the kernels' parameters, before any data are read
+            check_kernel(self._view_param("kernel", v), self._view_param("bandwidth", v),
+                         self._view_param("kernel_params", v), "_" + "xy"[v])
+        if solver == "exact":  # every row a landmark: no budget, blocks or steps
+            k = check_int(self.n_components, "n_components")
+            if k > n_samples:
+                raise ValueError(f"n_components={k} must be <= n_samples={n_samples}")
+            check_two_view_size(n_samples, f"{type(self).__name__}(solver='exact')")
+            p = {"n_components": k, "features": "nystroem"}
+        else:
+            p = self._check_common(n_samples, whole_budget=solver == "rca")
+        if solver == "dsgd" and not stream and self.n_features != "auto" and p["max_iter"] < p["n_blocks"]:
+            # the steps grow the functions by one block per step
+            raise ValueError(f"max_iter={p['max_iter']} steps grow only {p['max_iter']} of the {p['n_blocks']} "
+                             f"blocks of n_features={self.n_features}: use max_iter >= {p['n_blocks']}, or fewer "
+                             "features")
+        p["solver"] = solver
+        return p
+
+    # -- one pass ("rca") and the dense kernel ("exact") --------------------------------------
+    def _direct_reg(self) -> float | None:
+        """The ridge of the direct solves (``None``: the cross-covariance SVD)."""
+        return None
+
+    def _fit_direct(self, X, Y, solver: str) -> None:
+        """Fit by one pass of feature moments (``"rca"``) or by the dense kernel matrices (``"exact"``)."""
+        vx, vy, view = self._validate_pair(X, Y, reset=True)
+        n = view.n_samples
+        p = self._params = self._check_params(n, solver)
+        k = p["n_components"]
+        dtype = check_choice(self.compute_dtype, "compute_dtype", ("float32", "float64"))
+        cache = None if self.cache_bytes is None else check_int(self.cache_bytes, "cache_bytes", 0)
+        self.seed_ = self._seed(self.random_state)
+        clock = Clock()
+        sample = sample_rows(view, N_SAMPLE, self.seed_)
+        specs = tuple(self._view_kernels(sample))
+        if solver == "exact":
+            X_fit, Y_fit = materialise_pair(vx, vy)
+            values, models = exact_two_view(*specs, X_fit, Y_fit, self._direct_reg(), k,
+                                            (view_seed(self.seed_, 0), view_seed(self.seed_, 1)))
+            records = [record(1, n, clock(), None)]
+        else:  # one pass of the driver for the moments, then the dense solve
+            values, models, run = randomized_cca(view, self.n_features_in_, specs, sample, k, self._direct_reg(),
+                                                 p["features"], p["n_blocks"], p["block_size"], self.seed_, dtype,
+                                                 cache, clock=clock, verbose=self.verbose)
+            records = run.records
+        for name in ("state_", "_config", "_rule", "_sample", "_n_calls"):  # a previous fit's steps
+            self.__dict__.pop(name, None)
+        for model in models:
+            model.token = model_fingerprint(model)
+        self._features = tuple(m.features for m in models)
+        self.models_ = models
+        self._set_values(values)
+        self.kernel_ = specs
+        self.bandwidth_ = tuple(s.bandwidth for s in specs)
+        self.n_features_ = models[0].coef.shape[0]
+        self._n_features_out = k
+        self.n_iter_ = 1
+        self.convergence_ = records
+
+    def _set_values(self, values: np.ndarray) -> None:
+        raise NotImplementedError
+
+    # -- persistence -------------------------------------------------------------------------
+    @classmethod
+    def _from_payload(cls, attrs: dict, arrays: dict):
+        est = super()._from_payload(attrs, arrays)
+        if not hasattr(est, "solver_"):  # a store written before the solver was a parameter: steps
+            est.solver_ = "dsgd"
+        return est
+
+    @classmethod
+    def _legacy_params(cls, params: dict) -> dict:
+        # stores written before the solver names were unified: "passes" / "steps"
+        if params.get("solver") in LEGACY_SOLVERS:
+            params["solver"] = LEGACY_SOLVERS[params["solver"]]
+        return params
+
+
+class _LobpcgSolver:
+    """Block LOBPCG for kernel CCA (``KernelCCA(solver="lobpcg")``) as a pass solver of the driver.
+
+    Each pass gives ``Cxx A``, ``Cxy B``, ``Cyy B`` and ``Cyx A`` for the bases ``A``, ``B``
+    (:func:`~dsgd_dask.engine.passes.cross_request`); :func:`~dsgd_dask.rules.solutions.cca_ritz`
+    solves the problem restricted to them, and the next bases hold the Ritz vectors, the
+    preconditioned residuals of the top ``k`` and the previous top ``k`` Ritz vectors.
+
+    The state: the bases ``Ax``, ``By``; after a pass also the Ritz values ``rho`` (all of
+    the bases' width), the top ``k`` Ritz vectors ``a``, ``b`` and the mean features
+    ``mean_x``, ``mean_y``. The measure is the largest change of one of the top ``k``
+    correlations over the pass (``inf`` after the first); a record's extra entry
+    ``correlations`` holds the top ``k``.
+    """
+
+    name = "lobpcg"
+    measure_name = "correlation_change"
+
+    def __init__(self, features: tuple, n_blocks: int, cols: tuple, shifts: tuple, preconditioners, start: tuple,
+                 k: int, width: int, tol: float):
+        self.features = tuple(features)
+        self.n_blocks = int(n_blocks)
+        self.cols = cols
+        self.shifts = shifts
+        self.precond = preconditioners
+        self._start = start
+        self.k, self.width, self.tol = int(k), int(width), float(tol)
+
+    def start(self) -> dict:
+        return {"Ax": self._start[0], "By": self._start[1]}
+
+    def plan(self, state: dict):
+        return cross_request(self.features, self.n_blocks, state["Ax"], state["By"], self.shifts, self.cols)
+
+    def update(self, state: dict, totals) -> Update:
+        Ax, By, k = state["Ax"], state["By"], self.k
+        sums = cross_covariances(totals, self.features, self.shifts)
+        rho, a, b, res_a, res_b = cca_ritz(Ax, By, sums, self.precond[0].penalty(Ax), self.precond[1].penalty(By),
+                                           self.width)
+        change = float(np.abs(rho[:k] - state["rho"][:k]).max()) if "rho" in state else float("inf")
+        keep = [a, self.precond[0](res_a[:, :k])], [b, self.precond[1](res_b[:, :k])]
+        if "a" in state:  # the previous Ritz vectors: the "locally optimal" third block
+            keep[0].append(state["a"])
+            keep[1].append(state["b"])
+        new = {"Ax": orthonormal(np.hstack(keep[0])), "By": orthonormal(np.hstack(keep[1])), "rho": rho,
+               # contiguous, as they come back from a checkpoint: the same products either way
+               "a": np.ascontiguousarray(a[:, :k]), "b": np.ascontiguousarray(b[:, :k]), "mean_x": sums.mean_x,
+               "mean_y": sums.mean_y}
+        return Update(new, change, extra={"correlations": [float(r) for r in rho[:k]]})
+
+    def done(self, rec: dict) -> bool:
+        return rec["measure"] <= self.tol
+
+    def model(self, state: dict) -> tuple:
+        """What the callback gets: the raw expansions of the current top ``k`` pairs of functions."""
+        return KernelExpansion(self.features[0], state["a"]), KernelExpansion(self.features[1], state["b"])
+
+
+#: Solver names of stores written before the solvers were named for their algorithms.
+LEGACY_SOLVERS = {"passes": "lobpcg", "steps": "dsgd"}
 
 
 @register
 class KernelSVD(_TwoViewEstimator):
-    __doc__ = f"""Kernel SVD by doubly stochastic gradients: the top singular functions of the cross-covariance.
+    __doc__ = f"""Kernel SVD: the top singular functions of the cross-covariance operator of two views.
 
     Finds functions ``f_i`` of ``x`` and ``g_i`` of ``y`` that maximise ``Cov(f_i(x), g_i(y))``
     with ``||f_i||_H = ||g_i||_H = 1``, orthogonal in each RKHS: the top singular
     functions of the (centred) cross-covariance operator ``Cxy`` (Xie, Liang & Song 2015,
-    Alg. 3). Each step on a mini-batch adds a feature block to both sets of functions and
-    applies Oja's rule to ``[0 Cxy; Cyx 0]``; the model keeps only what defines the
-    blocks and their coefficients.
+    Alg. 3). Every solver has this destination; they differ in the path.
 
     Parameters
     ----------
 {_SHARED_PARAMS}
+    solver : {{"auto", "dsgd", "exact"}}, default="auto"
+        How the problem is solved:
+
+        * ``"dsgd"``: doubly stochastic gradient steps (Xie, Liang & Song 2015, Alg. 3):
+          each step on a mini-batch adds (or revisits) a feature block of both function
+          sets and applies Oja's rule to ``[0 Cxy; Cyx 0]``; then a rotation on a sample
+          (see Notes). Streams (:meth:`partial_fit`) and checkpoints.
+        * ``"exact"``: the dense ``n x n`` centred kernel matrices of both views and one
+          SVD, every training row a landmark (``n_features`` ignored); at most 5000 rows.
+        * ``"auto"``: ``"dsgd"``.
 
     Attributes
     ----------
     singular_values_ : ndarray of shape (n_components,)
-        ``Cov(f_i(x), g_i(y))`` on the fit sample, decreasing.
-    models_ : tuple of KernelExpansion
-        The fitted ``f`` (on ``x``'s features) and ``g`` (on ``y``'s).
-    bandwidth_ : tuple of float
-        The bandwidths of the two views.
-    n_features_ : int
-        Features per view in the model.
-    n_iter_ : int
-        Steps taken.
-    seed_ : int
-        Root seed of the fit.
-    n_features_in_, n_features_in_y_ : int
-        Columns of ``X`` and of ``Y``.
+        ``Cov(f_i(x), g_i(y))``, decreasing (``"dsgd"``: on the fit sample of 10,000
+        rows; ``"exact"``: on all rows).
+{_SHARED_ATTRIBUTES}
 
     Notes
     -----
-    With ``u = F(x)``, ``v = G(y)`` on a batch, ``W = Cov(u, v) + Cov(v, u)``; every block
-    ``A_j <- A_j (I - eta W)`` and the step's block gains ``eta Cov(z(x), v)`` (for ``F``;
+    **dsgd.** With ``u = F(x)``, ``v = G(y)`` on a batch, ``W = Cov(u, v) + Cov(v, u)``; every
+    block ``A_j <- A_j (I - eta W)`` and the step's block gains ``eta Cov(z(x), v)`` (for ``F``;
     symmetrically for ``G``). At the end the pairs are rotated to the singular vectors of
     the ``k x k`` problem on a seeded sample of 10,000 rows from every chunk, with the
-    functions' norms taken in the blocks' feature space.
+    functions' norms taken in the blocks' feature space (``J`` blocks each approximate
+    the kernel: their average kernel). The functions are orthonormal in the RKHS the
+    features represent: the kernel itself when one Nyström block holds every training
+    row.
+
+    **exact.** In the kernel-PCA coordinates ``Phi = U diag(lambda)^{{1/2}}`` of each
+    centred kernel matrix the operator is ``Cxy = Phi_x^T Phi_y / n``; its SVD gives
+    orthonormal coordinate vectors, i.e. RKHS-orthonormal functions. Cost ``O(n^2 d)``
+    for the kernels, ``O(n^3)`` for two eigendecompositions and the SVD.
 
     References
     ----------
@@ -204,15 +452,18 @@ class KernelSVD(_TwoViewEstimator):
     >>> X = rng.normal(size=(600, 3)); Y = np.tanh(X[:, :2]) + 0.1 * rng.normal(size=(600, 2))
     >>> svd = KernelSVD(n_components=2, n_features=512, max_iter=200, random_state=0).fit(X, Y)
     >>> U, V = svd.transform(X, Y)
-    >>> U.shape, V.shape
-    ((600, 2), (600, 2))
+    >>> svd.solver_, U.shape, V.shape
+    ('dsgd', (600, 2), (600, 2))
+    >>> exact = KernelSVD(n_components=2, solver="exact", random_state=0).fit(X, Y)
+    >>> exact.n_features_
+    600
     """
 
     def __init__(self, n_components=2, *, kernel_x="gaussian", kernel_y="gaussian", bandwidth_x="median",
-                 bandwidth_y="median", kernel_params_x=None, kernel_params_y=None, features="nystroem",
-                 n_features="auto", block_size="auto", batch_size=256, max_iter="auto", shuffle_chunks=1,
-                 n_partitions=1, eta0=0.5, eta_decay=0.01, compute_dtype="float32", cache_bytes=None,
-                 checkpoint=None, checkpoint_every=100, verbose=False, random_state=None):
+                 bandwidth_y="median", kernel_params_x=None, kernel_params_y=None, solver="auto",
+                 features="nystroem", n_features="auto", block_size="auto", batch_size=256, max_iter="auto",
+                 shuffle_chunks=1, n_partitions=1, eta0=0.5, eta_decay=0.01, compute_dtype="float32",
+                 cache_bytes=None, checkpoint=None, checkpoint_every=100, verbose=False, random_state=None):
         self.n_components = n_components
         self.kernel_x = kernel_x
         self.kernel_y = kernel_y
@@ -220,6 +471,7 @@ class KernelSVD(_TwoViewEstimator):
         self.bandwidth_y = bandwidth_y
         self.kernel_params_x = kernel_params_x
         self.kernel_params_y = kernel_params_y
+        self.solver = solver
         self.features = features
         self.n_features = n_features
         self.block_size = block_size
@@ -235,9 +487,6 @@ class KernelSVD(_TwoViewEstimator):
         self.checkpoint_every = checkpoint_every
         self.verbose = verbose
         self.random_state = random_state
-
-    def _check_params(self, n_samples: int) -> dict:
-        return self._check_common(n_samples)
 
     def _make_rule(self, columns, guard_limit: float):
         return KSVDRule(columns, True, guard_limit)
@@ -255,6 +504,9 @@ class KernelSVD(_TwoViewEstimator):
         self.singular_values_ = s
         return A, B
 
+    def _set_values(self, values: np.ndarray) -> None:
+        self.singular_values_ = values
+
     def _values_payload(self) -> dict:
         return {"singular_values": self.singular_values_}
 
@@ -264,80 +516,114 @@ class KernelSVD(_TwoViewEstimator):
 
 @register
 class KernelCCA(_TwoViewEstimator):
-    __doc__ = f"""Kernel CCA by doubly stochastic gradients, with a ridge.
+    __doc__ = f"""Kernel CCA with a ridge: the top canonical pairs of functions of two views.
 
     Finds functions ``f_i`` of ``x`` and ``g_i`` of ``y`` solving the regularised kernel
-    CCA problem ``Cxy g = rho (Cxx + reg) f``, ``Cyx f = rho (Cyy + reg) g`` with the
-    (centred) covariance operators of each view (Xie, Liang & Song 2015, Alg. 4): the
-    pairs of maximal ``Cov(f, g) / sqrt((Var f + reg ||f||^2) (Var g + reg ||g||^2))``.
+    CCA problem ``Cxy g = rho (Cxx + reg I) f``, ``Cyx f = rho (Cyy + reg I) g`` with the
+    (centred) covariance operators of each view: the pairs of maximal
+    ``Cov(f, g) / sqrt((Var f + reg ||f||_H^2) (Var g + reg ||g||_H^2))``, uncorrelated
+    across pairs (Fukumizu, Bach & Gretton 2007). Every solver has this destination,
+    with the same ``reg`` in the same unit; they differ in the path (and in how exactly
+    their features represent the kernel: see ``reg``).
 
     Parameters
     ----------
 {_SHARED_PARAMS}
     reg : float, default=1e-3
-        Ridge ``gamma > 0`` in units of the kernel (``k(x, x) = 1`` for the Gaussian
-        kernel). Without it kernel CCA is ill-posed: any two views of distinct rows
-        reach correlation 1.
-    solver : {"auto", "passes", "steps"}, default="auto"
-        ``"passes"``: full-data passes of a preconditioned block eigensolver on the
-        Nyström blocks, with ``reg`` on the RKHS norm of the functions (see Notes);
-        ``"steps"``: the doubly stochastic steps, with ``reg`` on the coefficients.
-        ``"auto"``: passes for Nyström blocks, steps for Fourier blocks.
+        The ridge ``reg > 0`` added to each view's covariance operator, absolute, in
+        units of the kernel (``k(x, x) = 1`` for the shift-invariant kernels): it
+        penalises ``reg ||f||_H^2`` against ``Var f``, the same for every solver. In the
+        dual on ``n`` centred training rows the problem is
+        ``[0, K~x K~y; K~y K~x, 0] w = rho [K~x^2 + n reg K~x, 0; 0, K~y^2 + n reg K~y] w``.
+        ``||.||_H`` is the norm of the RKHS the features represent: the kernel itself
+        for ``"exact"``, and for Nyström features under ``"lobpcg"`` and ``"rca"``
+        (functions in the span of the landmarks' kernel sections: with every training
+        row a landmark, the exact problem); the random-feature kernel ``z z^T / J`` of
+        Fourier features; under ``"dsgd"``, the average of the ``J`` blocks' kernels
+        (with Nyström blocks, each whitened on its own, that is the kernel itself on
+        the landmarks only when one block holds them all; see Notes). Without ``reg``
+        kernel CCA is ill-posed: any two views of distinct rows reach correlation 1.
+        (scikit-learn has no kernel CCA.)
+    solver : {{"auto", "dsgd", "lobpcg", "rca", "exact"}}, default="auto"
+        How the problem is solved:
+
+        * ``"dsgd"``: doubly stochastic gradient steps (Xie, Liang & Song 2015, Alg. 4),
+          one mini-batch and one feature block per step, then a rotation on a sample
+          (see Notes). Streams (:meth:`partial_fit`) and checkpoints.
+        * ``"lobpcg"``: full-data passes of a preconditioned block eigensolver on the
+          Nyström features (see Notes), until no canonical correlation moves by more
+          than ``tol``; checkpoints after every pass. Nyström features only.
+        * ``"rca"``: one pass over the data for the mean and joint covariance of both
+          views' ``M`` features, then one dense solve (randomized kernel CCA,
+          Lopez-Paz et al. 2014); Nyström landmarks whitened jointly, or the seeded
+          Fourier blocks of ``"dsgd"`` scaled by ``1 / sqrt(J)``. ``O(M^2)`` memory.
+        * ``"exact"``: the dense ``n x n`` centred kernel matrices and one SVD, every
+          training row a landmark (``n_features`` ignored); at most 5000 rows.
+        * ``"auto"``: ``"lobpcg"`` with Nyström features, ``"dsgd"`` with Fourier
+          features.
     tol : float, default=1e-3
-        Passes: stop after the first pass that changes no canonical correlation by
-        more than ``tol``.
+        ``"lobpcg"``: stop after the first pass that changes none of the top
+        ``n_components`` canonical correlations by more than ``tol`` (the ``measure`` of
+        its ``convergence_`` records).
 
     Attributes
     ----------
     correlations_ : ndarray of shape (n_components,)
-        The regularised canonical correlations ``rho_i`` on the fit sample, decreasing.
-    models_ : tuple of KernelExpansion
-        The fitted ``f`` and ``g``.
-    bandwidth_ : tuple of float
-        The bandwidths of the two views.
-    n_features_ : int
-        Features per view in the model.
-    n_iter_ : int
-        Steps taken.
-    seed_ : int
-        Root seed of the fit.
-    n_features_in_, n_features_in_y_ : int
-        Columns of ``X`` and of ``Y``.
+        The regularised canonical correlations ``rho_i``, decreasing (``"dsgd"``: on the
+        fit sample of 10,000 rows; the other solvers: on all rows).
+{_SHARED_ATTRIBUTES}
 
     Notes
     -----
-    **Passes.** The functions are ``f = z_x a`` and ``g = z_y b`` on all ``M`` Nyström
-    features of each view (``J`` blocks whitened each on its own, ``W`` the block-diagonal
-    whitening), and the penalty is ``reg ||f||_H^2 = reg a^T W^T K_LL W a``: the problem is
-    kernel CCA on the span of the ``M`` landmarks' kernel sections, the one
-    :class:`~dsgd_dask.baselines.NystroemCCA` with ``M`` landmarks solves, without an
-    ``M x M`` covariance. Each pass over the rows gives ``Cxx A``, ``Cxy B``, ``Cyy B`` and
+    **lobpcg.** The functions are ``f = z_x a`` and ``g = z_y b`` on all ``M`` Nyström
+    features of each view (``J`` blocks whitened each on its own, ``W`` the
+    block-diagonal whitening), and the penalty is ``reg ||f||_H^2 = reg a^T W^T K_LL W a``:
+    the problem is kernel CCA on the span of the ``M`` landmarks' kernel sections, the
+    one ``"rca"`` with the same ``M`` landmarks solves, without an ``M x M``
+    covariance. Each pass over the rows gives ``Cxx A``, ``Cxy B``, ``Cyy B`` and
     ``Cyx A`` for bases ``A``, ``B`` of ``q`` directions each (a tree reduction over row
     chunks, every worker at once), then a Rayleigh–Ritz step: the CCA problem restricted to
     the bases. The next bases hold the Ritz vectors, the residuals preconditioned by
-    ``(W^T K_LL^2 W / M + reg W^T K_LL W + ridge W^T W)^{-1}`` (the features' second moment on their
+    ``(W^T K_LL^2 W / M + reg W^T K_LL W + ridge W^T W)^{{-1}}`` (the features' second moment on their
     own landmark rows: one Cholesky factor per view, ``M^2`` float64, and the Gram matrix
     ``W^T K_LL W`` in float32, no data pass) and the previous Ritz vectors: a block
     LOBPCG (Knyazev 2001) on the generalized eigenproblem of CCA. A precision ridge
     ``100 eps^2 E|r|^2 |c|^2`` on the coefficients ``c = W a`` of the kernel sections ``r``
     (``eps`` of ``compute_dtype``) is added to each view's penalty: a function whose
     variance is below the round-off of ``r c`` is not resolved by the features (about
-    ``1e-10`` here against ``reg``). ``max_iter`` counts passes (``"auto"``: 30).
-    :meth:`partial_fit` always takes steps.
+    ``1e-10`` here against ``reg``).
 
-    **Steps.** With ``u = F(x)``, ``v = G(y)`` on a batch and ``W = Cov(u, v) + Cov(v, u)``, every
+    **dsgd.** With ``u = F(x)``, ``v = G(y)`` on a batch and ``W = Cov(u, v) + Cov(v, u)``, every
     block ``A_j <- A_j (I - eta reg W)`` and the step's block gains
-    ``eta (Cov(z(x), v) - Cov(z(x), u) W)`` (for ``F``; symmetrically for ``G``). At the
+    ``eta (Cov(z(x), v) - Cov(z(x), u) W)`` (for ``F``; symmetrically for ``G``). Cycling
+    through ``J`` blocks, the fixed points solve the problem above with ``reg`` on
+    ``J |A|^2``, the norm in the RKHS of the blocks' average kernel ``z z^T / J``. At the
     end the pairs are rotated to the canonical pairs of the ``k x k`` problem on a seeded
     sample of 10,000 rows from every chunk, and scaled so that
-    ``Var f_i + reg ||f_i||^2 = 1``. ``transform`` gives the canonical variates;
-    :meth:`score` the sum of their correlations on held-out rows.
+    ``Var f_i + reg ||f_i||^2 = 1``. Fourier blocks are independent draws: their average
+    kernel is the random-feature kernel of ``"rca"`` with the same blocks. One Nyström
+    block (``n_features <= 1024`` by default, or ``block_size=n_features``) represents the
+    kernel on its landmarks exactly: on 600 MNIST half-digits with every row a landmark
+    the default 500 steps reach the exact top-5 correlations to 1.5e-4 to 2.1e-4 relative
+    and the ordered subspaces to ``sin^2 < 3.3e-3`` (seeds 0 to 3); this is the noise of
+    the steps. Several Nyström blocks, each whitened on its own, represent the average of
+    their landmarks' Nyström kernels, whose norm exceeds the kernel's where a block's
+    landmarks miss a function: there the steps solve a more regularised problem than the
+    other solvers (on the same 600 rows in two blocks of 300, its correlations are 1.3 %
+    below the exact ones, and 2000 steps reach them to 5e-4). Penalising the kernel's own
+    norm would cost every step the functions' values at its block's landmarks.
+
+    ``transform`` gives the canonical variates; :meth:`score` the sum of their
+    correlations on held-out rows.
 
     References
     ----------
     B. Xie, Y. Liang, L. Song, "Scale up nonlinear component analysis with doubly
     stochastic gradients", NIPS 2015. K. Fukumizu, F. Bach, A. Gretton, "Statistical
-    consistency of kernel canonical correlation analysis", JMLR 2007.
+    consistency of kernel canonical correlation analysis", JMLR 2007. D. Lopez-Paz,
+    S. Sra, A. Smola, Z. Ghahramani, B. Schölkopf, "Randomized nonlinear component
+    analysis", ICML 2014. A. Knyazev, "Toward the optimal preconditioned eigensolver:
+    locally optimal block preconditioned conjugate gradient method", SISC 2001.
 
     Examples
     --------
@@ -347,8 +633,11 @@ class KernelCCA(_TwoViewEstimator):
     >>> t = rng.uniform(-2, 2, size=600)
     >>> X = np.c_[np.cos(t), np.sin(t)] + 0.05 * rng.normal(size=(600, 2))
     >>> Y = np.c_[t ** 2, rng.normal(size=600)]
-    >>> cca = KernelCCA(n_components=1, n_features=512, max_iter=300, random_state=0).fit(X, Y)
-    >>> bool(cca.correlations_[0] > 0.5)
+    >>> cca = KernelCCA(n_components=1, n_features=512, random_state=0).fit(X, Y)
+    >>> cca.solver_, bool(cca.correlations_[0] > 0.5)
+    ('lobpcg', True)
+    >>> exact = KernelCCA(n_components=1, solver="exact", random_state=0).fit(X, Y)
+    >>> bool(abs(exact.correlations_[0] - cca.correlations_[0]) < 0.01)
     True
     """
 
@@ -384,24 +673,26 @@ class KernelCCA(_TwoViewEstimator):
         self.verbose = verbose
         self.random_state = random_state
 
-    def _check_params(self, n_samples: int) -> dict:
-        p = self._check_common(n_samples)
+    def _auto_solver(self, features: str) -> str:
+        return "lobpcg" if features == "nystroem" else "dsgd"
+
+    def _check_params(self, n_samples: int, solver: str | None = None) -> dict:
+        p = super()._check_params(n_samples, solver)
         p["reg"] = check_float(self.reg, "reg")
-        solver = check_choice(self.solver, "solver", ("auto", "passes", "steps"))
-        if solver == "auto":
-            solver = "passes" if p["features"] == "nystroem" else "steps"
-        if solver == "passes" and p["features"] != "nystroem":
-            raise ValueError("solver='passes' needs features='nystroem' (its penalty is the RKHS norm of "
-                             "the landmarks' kernel sections)")
-        p["solver"] = solver
         p["tol"] = check_float(self.tol, "tol")
-        if solver == "passes":
+        if p["solver"] == "lobpcg":
             p["max_iter"] = (CCA_MAX_PASSES if self.max_iter == "auto" else check_int(self.max_iter, "max_iter"))
         return p
 
-    # -- the passes solver --------------------------------------------------------------------
+    def _direct_reg(self) -> float:
+        return self._params["reg"]
+
+    # -- the passes ("lobpcg") ----------------------------------------------------------------
+    def _by_passes(self) -> bool:
+        return self.__dict__.get("_run_solver") == "lobpcg"
+
     def _solve(self, view, callback, checkpointer) -> None:
-        if self._params["solver"] == "steps":
+        if self._params["solver"] == "dsgd":
             super()._solve(view, callback, checkpointer)
             return
         self._fit_passes(view, callback, checkpointer)
@@ -436,68 +727,26 @@ class KernelCCA(_TwoViewEstimator):
         Ax[:m], By[:m] = A0, B0
         return tuple(shifts), precond, orthonormal(Ax), orthonormal(By), width
 
-    def _fit_passes(self, view, callback=None, checkpointer=None) -> None:
-        """Block LOBPCG passes for the canonical pairs, until no correlation moves by more than ``tol``."""
+    def _fit_passes(self, view, callback=None, checkpoint=None) -> None:
+        """Block LOBPCG passes on the pass driver, until no correlation moves by more than ``tol``."""
         p = self._params
-        J, k, tol = p["n_blocks"], p["n_components"], p["tol"]
-        features = self._features
-        cols = self._columns()
+        k = p["n_components"]
         shifts, precond, Ax, By, width = self._pass_setup()
-        passes, done, prev_rho, prev = 0, False, None, None
-        result = None
-        if checkpointer is not None and checkpointer.extra:
-            ex = checkpointer.extra
-            if "passes" not in ex:
-                raise ValueError(f"the checkpoint at {checkpointer.path} was not written by the passes solver; "
-                                 "remove it to fit from the start")
-            Ax, By = (np.asarray(c) for c in self.state_.coef)
-            passes, done = int(ex["passes"][0]), bool(ex["passes"][1])
-            prev_rho = ex["rho"] if passes else None
-            if passes:
-                result = (ex["rho"], ex["a"], ex["b"], ex["mean_x"], ex["mean_y"])
-                prev = (ex["a"], ex["b"])
-        self.convergence_ = []
-        token = "-".join(model_fingerprint(KernelExpansion(f, np.zeros((Ax.shape[0], 1)))) for f in features)
-        client = active_client() if view.is_dask else None
-        refs = (tuple(client.scatter(f, broadcast=True, hash=False) for f in features)
-                if client is not None else None)
-        bar = pass_bar(p["max_iter"]) if self.verbose else nullcontext()
-        with bar as progress:
-            while not done and passes < p["max_iter"]:
-                sums = cross_pass(view, features, J, Ax, By, shifts, cols, token=token, features_refs=refs)
-                rho, a, b, res_a, res_b = cca_ritz(Ax, By, sums, precond[0].penalty(Ax),
-                                                   precond[1].penalty(By), width)
-                passes += 1
-                change = float(np.abs(rho[:k] - prev_rho[:k]).max()) if prev_rho is not None else float("inf")
-                done = change <= tol
-                result = (rho, a[:, :k], b[:, :k], sums.mean_x, sums.mean_y)
-                self.convergence_.append({"pass": passes, "rows": sums.n, "change": change,
-                                          "correlations": rho[:k].tolist()})
-                keep = [a, precond[0](res_a[:, :k])], [b, precond[1](res_b[:, :k])]
-                if prev is not None:
-                    keep[0].append(prev[0])
-                    keep[1].append(prev[1])
-                prev = (a[:, :k], b[:, :k])
-                Ax, By = orthonormal(np.hstack(keep[0])), orthonormal(np.hstack(keep[1]))
-                prev_rho = rho
-                if progress is not None:
-                    progress(passes, change, change)
-                if checkpointer is not None:
-                    checkpointer.save(StepState((Ax, By), passes, 0.0),
-                                      {"passes": np.array([passes, done]), "rho": rho, "a": result[1],
-                                       "b": result[2], "mean_x": result[3], "mean_y": result[4]})
-                if callback is not None:
-                    callback(passes, (KernelExpansion(features[0], result[1]),
-                                      KernelExpansion(features[1], result[2])))
-        del refs, precond
-        if result is None:
+        solver = _LobpcgSolver(self._features, p["n_blocks"], self._columns(), shifts, precond, (Ax, By), k, width,
+                               p["tol"])
+        run = run_passes(solver, view, p["max_iter"], callback=callback, checkpoint=checkpoint,
+                         verbose=self.verbose, desc="KernelCCA(solver='lobpcg')" if self.verbose else None)
+        del solver, precond  # the factors: M^2 float64 per view
+        state = run.state
+        if "a" not in state:
             raise ValueError("max_iter must allow at least one pass over the data")
-        rho, a, b, mean_x, mean_y = result
-        self.n_iter_ = self.n_passes_ = passes
+        a, b = state["a"], state["b"]
+        self.convergence_ = run.records
+        self.n_iter_ = run.n_iter
         self.state_ = StepState((a, b), 0, self.state_.eta_scale)
-        self.correlations_ = np.asarray(rho[:k], dtype=np.float64)
+        self.correlations_ = np.asarray(state["rho"][:k], dtype=np.float64)
         models = []
-        for f, coef, mean in ((features[0], a, mean_x), (features[1], b, mean_y)):
+        for f, coef, mean in ((self._features[0], a, state["mean_x"]), (self._features[1], b, state["mean_y"])):
             model = KernelExpansion(f, coef, mean @ coef)
             model.token = model_fingerprint(model)
             models.append(model)
@@ -505,6 +754,7 @@ class KernelCCA(_TwoViewEstimator):
         self.n_features_ = a.shape[0]
         self._n_features_out = k
 
+    # -- the steps ("dsgd") --------------------------------------------------------------------
     def _make_rule(self, columns, guard_limit: float):
         return KCCARule(columns, True, guard_limit, self._params["reg"])
 
@@ -523,9 +773,11 @@ class KernelCCA(_TwoViewEstimator):
         self.correlations_ = rho
         return A, B
 
+    def _set_values(self, values: np.ndarray) -> None:
+        self.correlations_ = values
+
     def _values_payload(self) -> dict:
         return {"correlations": self.correlations_}
 
     def _restore_values(self, arrays: dict) -> None:
         self.correlations_ = arrays["correlations"]
-

@@ -6,9 +6,11 @@ import numpy as np
 
 from dsgd_dask._threads import scratch
 from dsgd_dask.features.blocks import RandomFeatures
+from dsgd_dask.transform.lazy import ROW_SLICE, in_row_slices
 
-#: Rows evaluated at once: bounds the temporaries to rows x PAGE_COLUMNS features.
-EVAL_ROWS = 1024
+#: Rows evaluated at once, at fixed places (:func:`~dsgd_dask.transform.lazy.in_row_slices`):
+#: bounds the temporaries to rows x PAGE_COLUMNS features.
+EVAL_ROWS = ROW_SLICE
 
 
 class KernelExpansion:
@@ -34,6 +36,16 @@ class KernelExpansion:
         self.features = features
         self.coef = coef
         self.offset = np.zeros(coef.shape[1]) if offset is None else np.asarray(offset, dtype=np.float64)
+        self._raw_coef = None  # coef folded through the features' linear map, made at the first evaluation
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_raw_coef"] = None  # remade where the model is used (a pickled model stays its own size)
+        return state
+
+    def __setstate__(self, state):
+        state.setdefault("_raw_coef", None)  # pickles of before the cache
+        self.__dict__.update(state)
 
     @property
     def n_blocks(self) -> int:
@@ -44,16 +56,26 @@ class KernelExpansion:
         return self.coef.shape[1]
 
     def evaluate(self, X: np.ndarray) -> np.ndarray:
-        """``h(X) - offset`` as float64 ``(n, k)``, in bounded memory for any ``n``."""
-        X = np.asarray(X)
-        out = np.empty((X.shape[0], self.n_outputs), dtype=np.float64)
-        for r in range(0, X.shape[0], EVAL_ROWS):
-            out[r:r + EVAL_ROWS] = evaluate_blocks(self.features, self.coef, X[r:r + EVAL_ROWS])[0]
+        """``h(X) - offset`` as float64 ``(n, k)``, in bounded memory for any ``n``.
+
+        The rows are evaluated in slices of exactly :data:`EVAL_ROWS` rows, row ``i`` at
+        place ``i % EVAL_ROWS`` (the last slice padded): a row's value depends on the row
+        and its place alone, never on the rows around it. Through
+        :func:`~dsgd_dask.transform.lazy.apply_rows`, which keeps the places of the whole
+        input, numpy, dask and xarray inputs give the same values whatever the chunks.
+        """
+        out = in_row_slices(self._evaluate_slice, X, self.n_outputs)
         out -= self.offset
         return out
 
+    def _evaluate_slice(self, X: np.ndarray) -> np.ndarray:
+        if self._raw_coef is None:  # folded once per model, not once per slice (coef is never modified in place)
+            self._raw_coef = self.features.fold(self.coef)
+        return evaluate_blocks(self.features, self.coef, X, raw_coef=self._raw_coef)[0]
 
-def evaluate_blocks(features: RandomFeatures, coef: np.ndarray, X: np.ndarray, keep_block: int | None = None):
+
+def evaluate_blocks(features: RandomFeatures, coef: np.ndarray, X: np.ndarray, keep_block: int | None = None,
+                    raw_coef: np.ndarray | None = None):
     """Raw ``sum_j z_j(X) coef_j`` over the active blocks of ``coef``.
 
     Returns ``(h, z)`` where ``z`` holds the features of block ``keep_block`` on ``X``
@@ -61,12 +83,14 @@ def evaluate_blocks(features: RandomFeatures, coef: np.ndarray, X: np.ndarray, k
     The pages are evaluated in parallel threads, one GEMM in the feature precision each,
     and accumulated in float64 in page order (the same sum on any number of threads).
     The raw features of a page are multiplied by the coefficients folded through the
-    features' linear map (Nyström whitening), which costs nothing per row.
+    features' linear map (Nyström whitening), which costs nothing per row (``raw_coef``:
+    ``features.fold(coef)`` if the caller has it already).
     """
     m = features.block_size
     n_blocks = coef.shape[0] // m
     Xp = features.prepare(X)
-    raw_coef = features.fold(coef)
+    if raw_coef is None:
+        raw_coef = features.fold(coef)
     from_page = features.raw_are_features  # the kept block can be read off the page
 
     def page(b0, b1, payload):

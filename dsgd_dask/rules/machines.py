@@ -5,7 +5,12 @@ The machine is ``f(x) = sum_j z_j(x) A_j`` with ``c`` outputs, minimising
 shrinks every block, ``A_j <- (1 - eta nu) A_j``, and gives the step's block
 ``-eta z_t(X)^T g / B``: the functional gradient through one random block. As for the
 component rules, the regulariser shrinks every block while each step feeds one block, so
-``nu`` is in units of the kernel whatever the number of blocks.
+``nu`` is in units of the kernel whatever the number of blocks: over a round of the ``J``
+blocks, ``nu J A_t = -E[z_t^T g]``, the minimiser of ``E[l] + nu/2 J |A|^2``, the squared
+RKHS norm of ``f`` under the blocks' average kernel ``z z^T / J``. For Fourier blocks that
+average is the kernel's random-feature approximation; Nyström blocks whitened together
+(:class:`~dsgd_dask.engine.ridge.JointNystroemBlocks`) make it the Nyström kernel of all
+the landmarks, so the steps minimise the objective of the passes.
 
 Losses (``targets`` as the rule's ``extra`` gives them):
 
