@@ -63,7 +63,8 @@ RECORD_KEYS: tuple[str, ...] = ("iteration", "rows", "seconds", "measure")
 
 def check_solver(estimator, features: str) -> str:
     """``estimator.solver`` checked against the table: the name, ``"auto"`` left for the estimator to resolve."""
-    name = type(estimator).__name__
+    # a user's subclass takes the table of the estimator it extends
+    name = next(c.__name__ for c in type(estimator).__mro__ if c.__name__ in SOLVERS)
     table = SOLVERS[name]
     solver = estimator.solver
     if solver != "auto" and solver not in table:
