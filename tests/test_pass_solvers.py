@@ -1,4 +1,4 @@
-"""Every pass solver of every estimator on the one pass driver (item 4 of the one-API issue).
+"""Every pass solver of every estimator on the one pass driver.
 
 For each pass solver: a fit checkpointed and interrupted after pass 2 (a callback that
 raises), then resumed, ends bit for bit (``np.array_equal``) where an uninterrupted fit
