@@ -33,8 +33,8 @@ def _raising_scheduler(*args, **kwargs):
 
 
 # -- against the exact references (default step settings) ---------------------------------------
-# The thresholds of the steps against the dense references were the issue's: correlations
-# within 0.02, subspaces sin^2 < 0.05; those below are tighter, from the measured errors. With
+# The thresholds of the steps against the dense references are set from the measured errors
+# (earlier bounds: correlations within 0.02, subspaces sin^2 < 0.05). With
 # n = 600 rows and n_features=600 one Nyström block holds every row, so the features span the
 # exact solution and what remains is the solver's own error (for the steps: the optimiser's
 # error and the final rotation on the sample).
