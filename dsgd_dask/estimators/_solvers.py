@@ -57,6 +57,19 @@ MEASURE: dict[str, str] = {
     "exact": "none (NaN): one dense solve, no iterations",
 }
 
+#: Solver values of model stores written before the solver table, and the solver each now is
+#: (each old value belonged to one estimator: ``"oja"`` kernel PCA's steps, ``"sgd"`` the
+#: machines', ``"steps"``/``"passes"`` kernel CCA's).
+RENAMED: dict[str, str] = {"oja": "dsgd", "sgd": "dsgd", "steps": "dsgd", "passes": "lobpcg"}
+
+
+def renamed(params: dict) -> dict:
+    """``params`` of a saved model with an old ``solver`` value mapped to its name in :data:`SOLVERS`."""
+    if params.get("solver") in RENAMED:
+        params["solver"] = RENAMED[params["solver"]]
+    return params
+
+
 #: Keys every ``convergence_`` record has, in every estimator and solver; solvers add their own.
 RECORD_KEYS: tuple[str, ...] = ("iteration", "rows", "seconds", "measure")
 

@@ -17,6 +17,7 @@ from dsgd_dask._threads import one_blas_thread
 from dsgd_dask._validation import check_choice, check_float, check_int
 from dsgd_dask.engine.steps import StepConfig, StepState
 from dsgd_dask.estimators._base import kernel_spec
+from dsgd_dask.estimators._solvers import renamed
 from dsgd_dask.estimators._steps import (
     StepEstimatorMixin,
     features_from_payload,
@@ -382,7 +383,7 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
     @classmethod
     def _legacy_params(cls, params: dict) -> dict:
         """The constructor parameters of a store written by an earlier version (renamed values mapped)."""
-        return params
+        return renamed(params)
 
     @classmethod
     def _from_payload(cls, attrs: dict, arrays: dict):

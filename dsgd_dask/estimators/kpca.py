@@ -14,7 +14,7 @@ from dsgd_dask._validation import check_choice, check_float, check_int
 from dsgd_dask.engine.driver import Update, run_passes
 from dsgd_dask.engine.passes import PassTotals, covariance_request, covariance_times, row_chunks
 from dsgd_dask.engine.steps import StepConfig, StepState
-from dsgd_dask.estimators._solvers import Clock, check_partial_fit, check_solver, record
+from dsgd_dask.estimators._solvers import Clock, check_partial_fit, check_solver, record, renamed
 from dsgd_dask.estimators._steps import (
     StepEstimatorMixin,
     features_from_payload,
@@ -829,9 +829,8 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
     def _from_payload(cls, attrs: dict, arrays: dict) -> KernelPCA:
         params, fitted = dict(attrs["params"]), attrs["fitted"]
         p = dict(fitted["resolved_params"])
-        # stores written before the solvers took their names called the steps "oja"
-        params["solver"] = _RENAMED.get(params["solver"], params["solver"])
-        p["solver"] = _RENAMED.get(p["solver"], p["solver"])
+        renamed(params)
+        renamed(p)
         est = cls(**params)
         features = features_from_payload(attrs["features"], arrays, cache_bytes=est.cache_bytes)
         est._features = features
@@ -1034,7 +1033,3 @@ class _SubspaceSolver:
                 break
             prev = R[:, :k]
         return R, lam, shift, rows
-
-
-#: Solver names of model stores written before the solver table (``"oja"``: the dsgd steps).
-_RENAMED = {"oja": "dsgd"}

@@ -334,12 +334,6 @@ class _KernelMachine(ComponentStepEstimator):
 
     # -- persistence -----------------------------------------------------------------------
     @classmethod
-    def _legacy_params(cls, params: dict) -> dict:
-        if params.get("solver") == "sgd":  # stores written when the steps were solver="sgd"
-            params["solver"] = "dsgd"
-        return params
-
-    @classmethod
     def _from_payload(cls, attrs: dict, arrays: dict):
         est = super()._from_payload(attrs, arrays)
         if getattr(est, "solver_", None) is None:  # classifiers saved before they had a solver: steps

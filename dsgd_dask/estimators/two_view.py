@@ -323,13 +323,6 @@ class _TwoViewEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Compo
             est.solver_ = "dsgd"
         return est
 
-    @classmethod
-    def _legacy_params(cls, params: dict) -> dict:
-        # stores written before the solver names were unified: "passes" / "steps"
-        if params.get("solver") in LEGACY_SOLVERS:
-            params["solver"] = LEGACY_SOLVERS[params["solver"]]
-        return params
-
 
 class _LobpcgSolver:
     """Block LOBPCG for kernel CCA (``KernelCCA(solver="lobpcg")``) as a pass solver of the driver.
@@ -387,10 +380,6 @@ class _LobpcgSolver:
     def model(self, state: dict) -> tuple:
         """What the callback gets: the raw expansions of the current top ``k`` pairs of functions."""
         return KernelExpansion(self.features[0], state["a"]), KernelExpansion(self.features[1], state["b"])
-
-
-#: Solver names of stores written before the solvers were named for their algorithms.
-LEGACY_SOLVERS = {"passes": "lobpcg", "steps": "dsgd"}
 
 
 @register
