@@ -57,6 +57,22 @@ def kill_worker_once(flag):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _read(block, flag):
+    """A row chunk as read from the store; kills its worker (once) when the file ``flag`` exists."""
+    if flag is not None:
+        kill_worker_once(flag)
+    return block
+
+
+def same_records(a, b) -> None:
+    """The same ``convergence_`` records but for the seconds.
+
+    ``assert_equal``: NaN measures (those of "rca") are equal.
+    """
+    np.testing.assert_equal([{k: v for k, v in r.items() if k != "seconds"} for r in a.convergence_],
+                            [{k: v for k, v in r.items() if k != "seconds"} for r in b.convergence_])
+
+
 def zarr_store(path, data: np.ndarray, rows_per_chunk: int) -> str:
     """``data`` written as a Zarr array at ``path`` in chunks of ``rows_per_chunk`` rows; its path."""
     zarr.create_array(store=str(path), data=data, chunks=(rows_per_chunk, data.shape[1]))
@@ -103,8 +119,7 @@ def ridge_references(ridge_store):
 def _same_ridge(est, ref):
     np.testing.assert_array_equal(est.model_.coef, ref.model_.coef)
     assert est.n_iter_ == ref.n_iter_
-    strip = [{k: v for k, v in r.items() if k != "seconds"} for r in ref.convergence_]
-    assert [{k: v for k, v in r.items() if k != "seconds"} for r in est.convergence_] == strip
+    same_records(est, ref)
 
 
 @pytest.mark.parametrize("case", list(RIDGE_CASES))
@@ -156,11 +171,6 @@ def test_ridge_cg_same_model_on_threads_and_a_local_cluster(ridge_store, ridge_r
         assert len({t["worker"] for t in stream.data if str(t["key"]).startswith(name)}) == 2, name
 
 
-def _killing(block, flag):
-    kill_worker_once(flag)
-    return block
-
-
 def test_ridge_cg_killed_worker_during_a_pass_leaves_the_fit_unchanged(ridge_store, ridge_references, cluster,
                                                                         tmp_path):
     """SIGKILL of the worker reading a row chunk in pass 2: the pass runs again, the model is the same."""
@@ -169,7 +179,7 @@ def test_ridge_cg_killed_worker_during_a_pass_leaves_the_fit_unchanged(ridge_sto
     flag = tmp_path / "kill"
     pids = set(cluster.run(os.getpid).values())
     X, y = _xy(ridge_store)
-    X = X.map_blocks(_killing, str(flag), dtype=X.dtype)  # the rows' reading kills once the flag is there
+    X = X.map_blocks(_read, str(flag), dtype=X.dtype)  # the rows' reading kills once the flag is there
 
     def arm(n_iter, model):
         if n_iter == 1:
@@ -206,13 +216,6 @@ def _two_views(n=600, seed=0):
     X = np.c_[np.cos(t), np.sin(t), rng.normal(size=(n, 3))] + 0.05 * rng.normal(size=(n, 5))
     Y = np.c_[t ** 2, np.sin(2 * t)] + 0.1 * rng.normal(size=(n, 2))
     return np.hstack([X, Y]).astype("float32")
-
-
-def _read(block, flag):
-    """A row chunk as read from the store; kills its worker (once) when the file ``flag`` exists."""
-    if flag is not None:
-        kill_worker_once(flag)
-    return block
 
 
 @pytest.fixture(scope="module")
@@ -255,9 +258,7 @@ def _same_fit(a, b):
     values = "correlations_" if hasattr(b, "correlations_") else "eigenvalues_"
     np.testing.assert_array_equal(getattr(a, values), getattr(b, values))
     assert (a.n_iter_, a.solver_) == (b.n_iter_, b.solver_)
-    # (assert_equal: NaN measures, those of "rca", are equal)
-    np.testing.assert_equal([{k: v for k, v in r.items() if k != "seconds"} for r in a.convergence_],
-                            [{k: v for k, v in r.items() if k != "seconds"} for r in b.convergence_])
+    same_records(a, b)
 
 
 @pytest.fixture(scope="module")
@@ -385,9 +386,7 @@ def _same_pca(a, b):
         np.testing.assert_array_equal(getattr(a.model_, name), getattr(b.model_, name))
     np.testing.assert_array_equal(a.eigenvalues_, b.eigenvalues_)
     assert (a.n_iter_, a.solver_) == (b.n_iter_, b.solver_)
-    # (assert_equal: NaN measures, those of "rca", are equal)
-    np.testing.assert_equal([{k: v for k, v in r.items() if k != "seconds"} for r in a.convergence_],
-                            [{k: v for k, v in r.items() if k != "seconds"} for r in b.convergence_])
+    same_records(a, b)
 
 
 @pytest.fixture(scope="module")
