@@ -1,4 +1,9 @@
-"""Small ``check_*`` helpers: a clean value back, or a ``TypeError``/``ValueError`` naming the problem."""
+"""Checks of function arguments, and the root seed of a fit.
+
+Each ``check_*`` gives a clean value back, or a ``TypeError``/``ValueError`` naming the
+problem. The estimators declare the constraints of their parameters instead
+(:mod:`dsgd_dask.estimators._constraints`).
+"""
 
 from __future__ import annotations
 
@@ -7,13 +12,10 @@ import numbers
 import numpy as np
 
 
-def check_int(value, name: str, minimum: int = 1, allow: tuple = ()) -> int:
-    """An integer ``>= minimum`` (or one of the sentinels in ``allow``, returned as is)."""
-    if isinstance(value, str) and value in allow:
-        return value
+def check_int(value, name: str, minimum: int = 1) -> int:
+    """An integer ``>= minimum``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        extra = f" or one of {allow}" if allow else ""
-        raise TypeError(f"{name} must be an integer{extra}, got {value!r}")
+        raise TypeError(f"{name} must be an integer, got {value!r}")
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     return int(value)
@@ -31,22 +33,16 @@ def check_float(value, name: str, minimum: float = 0.0, strict: bool = True) -> 
     return value
 
 
-def check_choice(value, name: str, choices) -> object:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
-    return value
+def root_seed(random_state) -> int:
+    """The root seed of a fit from a validated ``random_state``.
 
-
-def check_seed(random_state) -> int:
-    """The root seed of a fit: the integer itself, fresh entropy for ``None``, or a draw."""
+    The integer itself, fresh entropy for ``None``, or a draw from a ``RandomState`` or ``Generator``.
+    """
     if random_state is None:
         return int(np.random.SeedSequence().entropy % (2**63))
-    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
-        if random_state < 0:
-            raise ValueError(f"random_state must be a non-negative integer, got {random_state}")
-        return int(random_state)
     if isinstance(random_state, np.random.RandomState):
         return int(random_state.randint(0, 2**31 - 1))
     if isinstance(random_state, np.random.Generator):
         return int(random_state.integers(0, 2**63 - 1))
-    raise TypeError(f"random_state must be None, an int, a RandomState or a Generator, got {random_state!r}")
+    return int(random_state)
+

@@ -75,7 +75,7 @@ def test_pca_round_trip_xarray(tmp_path, mnist):
     assert info["fitted"]["n_outputs"] == 3
     assert info["fitted"]["feature_dim_"] == "pixel"
     assert info["parameters"]["n_components"] == 3
-    assert info["format_version"] == 2
+    assert info["format_version"] == 3
     assert len(info["values"]["eigenvalues"]) == 3
     cli("transform", model_path, tmp_path / "test.zarr", "--var", "X", "--out", out)
 

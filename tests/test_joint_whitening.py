@@ -165,26 +165,23 @@ def test_fitted_joint_model_keeps_landmarks_only(mnist_small, tmp_path):
     assert back.get_params() == est.get_params()
 
 
-def test_partial_fit_whitens_blocks_and_refuses_steps_on_a_joint_model(mnist_small):
-    # partial_fit takes steps, and steps need whitened blocks: "auto" whitens block by
-    # block there; joint whitening is refused before any work, and a fitted joint model
-    # (of the subspace solver) takes no steps.
+def test_partial_fit_steps_on_jointly_whitened_blocks(mnist_small):
+    # partial_fit takes steps on the landmarks whitened together and split into blocks
+    # ("auto" and "joint"): the kernel the subspace solver's passes whiten. A model fitted by
+    # the subspace solver takes no steps.
     X, _ = mnist_small
     est = KernelPCA(3, n_features=1024, block_size=512, random_state=0).partial_fit(X[:1500])
-    assert est._params["whitening"] == "block"
+    assert est._params["whitening"] == "joint"
     est.partial_fit(X[1500:])
+    assert est.n_features_ == 1024
     joint = KernelPCA(3, n_features=1024, block_size=512, whitening="joint", random_state=0)
-    with pytest.raises(ValueError, match='whitening="joint" needs'):
-        joint.partial_fit(X[:1500])
-    assert not hasattr(joint, "state_")
     joint.fit(X[:1500])
-    assert joint._params["whitening"] == "joint"
+    assert (joint.solver_, joint._params["whitening"]) == ("subspace", "joint")
     with pytest.raises(ValueError, match="partial_fit"):
         joint.partial_fit(X[1500:])
 
 
 @pytest.mark.parametrize("params", [dict(whitening="joint", features="fourier"),
-                                    dict(whitening="joint", solver="dsgd"),
                                     dict(whitening="block", solver="rca"),
                                     dict(whitening="block", solver="exact"),
                                     dict(whitening="cholesky")])
@@ -202,6 +199,10 @@ def test_auto_whitening_is_joint_up_to_the_limit(blobs):
     assert big["whitening"] == "block"
     assert big["n_blocks"] > 1
     assert KernelPCA(2, n_features=JOINT_MAX_FEATURES)._check_params(10**6)["whitening"] == "joint"
-    assert KernelPCA(2, solver="dsgd", n_features=2048)._check_params(10**6)["whitening"] == "block"
-    assert KernelPCA(2, n_features=2048, block_size=512)._check_params(10**6, stream=True)["whitening"] == "block"
+    # the steps whiten several blocks together too (up to their own limit), or on request block by block
+    assert KernelPCA(2, solver="dsgd", n_features=2048)._check_params(10**6)["whitening"] == "joint"
+    assert KernelPCA(2, n_features=2048, block_size=512)._check_params(10**6, stream=True)["whitening"] == "joint"
+    assert KernelPCA(2, solver="dsgd", n_features=1024)._check_params(10**6)["whitening"] == "block"  # one block
+    blocks = KernelPCA(2, solver="dsgd", n_features=2048, whitening="block")._check_params(10**6)
+    assert (blocks["whitening"], blocks["n_blocks"]) == ("block", 2)
     assert KernelPCA(2, solver="rca", n_features=2048)._check_params(10**6)["whitening"] == "joint"

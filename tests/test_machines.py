@@ -254,7 +254,7 @@ def test_records_and_partial_fit_of_the_steps(sarcos, a9a, cls):
     assert est.solver_ == "dsgd"
     assert est.n_iter_ == SMALL["max_iter"] + 10  # one step per 64 rows
     assert not hasattr(est, "n_passes_")
-    with pytest.raises(ValueError, match="solver must be one of"):
+    with pytest.raises(ValueError, match=f"'solver' parameter of {cls.__name__} must be a str among"):
         cls(solver="cg" if cls is not KernelRidge else "newton").fit(X, y)
 
 
@@ -274,12 +274,23 @@ def test_the_model_has_the_budget_whatever_the_steps(sarcos, a9a):
 
 
 def test_jointly_whitened_steps_have_a_limit(sarcos, monkeypatch):
-    from dsgd_dask.estimators import machines
+    from dsgd_dask import KernelCCA, KernelPCA, KernelSIR, KernelSVD
+    from dsgd_dask.estimators import components, kpca
 
     X, y, _, _ = sarcos
-    monkeypatch.setattr(machines, "JOINT_STEPS_MAX_FEATURES", 256)
+    monkeypatch.setattr(components, "JOINT_STEPS_MAX_FEATURES", 256)
+    monkeypatch.setattr(kpca, "JOINT_STEPS_MAX_FEATURES", 256)
     with pytest.raises(ValueError, match="at most 256 features in several blocks, got 512; use n_features <= 256"):
         KernelRidge(n_features=512, block_size=128).fit(X, y)
+    two_views = (X, X[:, :3])
+    for est, args in ((KernelCCA(2, solver="dsgd"), two_views), (KernelSVD(2), two_views), (KernelSIR(2), (X, y))):
+        with pytest.raises(ValueError, match="at most 256 features in several blocks, got 512"):
+            est.set_params(n_features=512, block_size=128).fit(*args)
+    with pytest.raises(ValueError, match="at most 256 features, got 512"):
+        KernelPCA(2, solver="dsgd", n_features=512, block_size=128).fit(X)
+    # whitening="block" is KernelPCA's other feature set: no limit
+    assert KernelPCA(2, solver="dsgd", n_features=512, block_size=128, whitening="block", max_iter=2,
+                     random_state=0).fit(X).n_features_ == 512
     # one block, Fourier blocks, the passes: no joint whitening, no limit
     assert KernelRidge(n_features=512, max_iter=2, random_state=0).fit(X, y).n_features_ == 512
     assert KernelRidge(n_features=512, block_size=128, solver="cg", max_iter=2).fit(X, y).n_features_ == 512
@@ -507,7 +518,7 @@ def test_bad_machine_input(a9a, sarcos):
         KernelSVC().fit(Xs, ys)
     with pytest.raises(ValueError, match="only one class"):
         KernelSVC().fit(X, np.ones(1500))
-    with pytest.raises(ValueError, match="alpha must be a finite number >= 0"):
+    with pytest.raises(ValueError, match=r"'alpha' parameter of KernelRidge must be a float in the range \[0\.0"):
         KernelRidge(alpha=-1.0).fit(Xs, ys)
     with pytest.raises(TypeError, match="numeric"):
         KernelRidge().fit(Xs, np.array(["a"] * 1000))

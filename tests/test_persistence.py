@@ -15,6 +15,7 @@ import zarr
 
 import dsgd_dask
 from dsgd_dask import KernelPCA
+from dsgd_dask.model.store import attributes_digest
 
 
 @pytest.fixture(params=["joint", "block"])
@@ -64,7 +65,8 @@ def test_readable_attributes(model, tmp_path):
     assert attrs["estimator"] == "KernelPCA"
     assert attrs["features"]["kernel"] == {"name": "matern", "bandwidth": model.bandwidth_, "nu": 2.5, "order": None}
     assert attrs["features"]["seed"] == 0
-    assert attrs["dsgd_dask"]["format_version"] == 2
+    assert attrs["dsgd_dask"]["format_version"] == 3
+    assert attrs["dsgd_dask"]["attributes_sha256"] == attributes_digest(attrs)
     json.dumps(attrs)
 
 
@@ -135,6 +137,16 @@ def test_older_format_refused(model, tmp_path):
     group.attrs["dsgd_dask"] = {**group.attrs["dsgd_dask"], "format_version": 1}
     with pytest.raises(ValueError, match="format version 1, whose seeds generate other random features"):
         dsgd_dask.load(path)
+    # format 2 had no digest of the attributes: an edit of them could not be detected
+    meta = {k: v for k, v in group.attrs["dsgd_dask"].items() if k != "attributes_sha256"}
+    group.attrs["dsgd_dask"] = {**meta, "format_version": 2}
+    with pytest.raises(ValueError, match="format version 2, whose attributes .* carry no checksum.*fit the model"):
+        dsgd_dask.load(path)
+
+
+def _seal(group) -> None:
+    """Store the digest of ``group``'s edited attributes, as the writer of a store of that content would."""
+    group.attrs["dsgd_dask"] = {**group.attrs["dsgd_dask"], "attributes_sha256": attributes_digest(group.attrs)}
 
 
 # -- every estimator: a fresh process, a distributed worker, paths -------------------------------
@@ -312,6 +324,7 @@ def test_kcca_stores_of_earlier_versions_load(tmp_path, old, new):
     fitted["n_passes_"] = fitted.pop("n_calls")
     del fitted["solver_"]
     group.attrs["fitted"] = fitted
+    _seal(group)
     back = dsgd_dask.load(path)
     assert (type(back).__name__, back.solver, back.solver_) == ("KernelCCA", new, new)
     assert not hasattr(back, "n_passes_")
@@ -333,6 +346,7 @@ def test_ksvd_store_of_an_earlier_version_loads(tmp_path):
     fitted["n_passes_"] = fitted.pop("n_calls")
     del fitted["solver_"]
     group.attrs["fitted"] = fitted
+    _seal(group)
     back = dsgd_dask.load(path)
     assert (back.solver, back.solver_) == ("auto", "dsgd")
     for a, b in zip(back.transform(A, B), est.transform(A, B), strict=True):

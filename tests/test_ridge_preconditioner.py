@@ -223,9 +223,9 @@ def test_auto_and_bad_values(digits):
     # one block: block-Jacobi is the whole system matrix
     assert KernelRidge(**small, n_features=256, block_size=256).fit(X, Y).preconditioner_ == "block"
     assert KernelRidge(**small, features="fourier", n_features=512).fit(X, Y).preconditioner_ == "block"
-    with pytest.raises(ValueError, match="preconditioner must be one of"):
+    with pytest.raises(ValueError, match="'preconditioner' parameter of KernelRidge must be a str among"):
         KernelRidge(**small, preconditioner="jacobi").fit(X, Y)
-    with pytest.raises(ValueError, match="preconditioner must be one of"):
+    with pytest.raises(ValueError, match="'preconditioner' parameter of KernelRidge must be a str among"):
         KernelRidge(**small, preconditioner=None).fit(X, Y)
     with pytest.raises(ValueError, match="needs Nyström features"):
         KernelRidge(**small, features="fourier", preconditioner="landmarks").fit(X, Y)

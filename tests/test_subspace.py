@@ -324,12 +324,12 @@ def test_resume_after_an_interrupted_pass(mnist_store, tmp_path, monkeypatch):
 
 def test_partial_fit_takes_steps_from_the_first_call(mnist_small):
     # "auto" streams by doubly stochastic steps, from the first call on: one pass of steps
-    # over the rows given, whitened blocks, the budget exactly.
+    # over the rows given, the blocks whitened together, the budget exactly.
     X, Xt = mnist_small
     est = KernelPCA(3, n_features=1024, block_size=512, random_state=0)
     est.partial_fit(X[:1500])
     assert est.solver_ == "dsgd"
-    assert est._params["whitening"] == "block"
+    assert est._params["whitening"] == "joint"
     assert est.n_iter_ == -(-1500 // 256)
     assert est.convergence_[-1]["iteration"] == est.n_iter_
     first = est.transform(Xt)
@@ -358,7 +358,8 @@ def test_partial_fit_does_not_continue_a_fit_of_another_solver(blobs):
 @pytest.mark.parametrize(("params", "error", "match"), [
     (dict(features="landmarks"), ValueError, "features"),
     (dict(solver="lanczos"), ValueError, "solver"),
-    (dict(solver="oja"), ValueError, "solver must be one of"),  # the steps are "dsgd"
+    # the steps are "dsgd"
+    (dict(solver="oja"), ValueError, "'solver' parameter of KernelPCA must be a str among .*Got 'oja'"),
     (dict(solver="exact", features="fourier"), ValueError, "features"),
     (dict(tol=-1.0), ValueError, "tol"),
     (dict(n_oversamples=-2), ValueError, "n_oversamples"),

@@ -73,6 +73,25 @@ def test_every_kcca_solver_reaches_the_exact_kernel_cca(halves, exact_kcca, solv
     assert 0 < est.score(A, B) <= 5
 
 
+def test_kcca_steps_on_two_nystroem_blocks_reach_the_exact_kernel_cca(halves, exact_kcca):
+    # Two blocks of 300 landmarks, whitened together and split: the blocks' average kernel is
+    # the Nyström kernel of all 600 rows, the exact kernel here. Measured after 1000 steps
+    # (seed 0): correlations 1.1e-3 to 2.4e-3 below the exact ones, sin^2 <= 2.2e-3 for the
+    # first three ordered variates (the 4th and 5th, 0.05 and 0.10, are the steps' noise on
+    # close correlations). Blocks whitened each on its own solve a more regularised problem:
+    # 1.1 % to 1.3 % below the exact correlations over seeds 0-3, outside this bound.
+    A, B = halves
+    est = KernelCCA(5, solver="dsgd", reg=1e-3, n_features=600, block_size=300, max_iter=1000,
+                    random_state=0).fit(A, B)
+    assert est._params["whitening"] == "joint"
+    assert est.n_features_ == 600
+    np.testing.assert_allclose(est.correlations_, exact_kcca.correlations_, rtol=5e-3)
+    (U, V), (Ue, Ve) = est.transform(A, B), exact_kcca.transform(A, B)
+    for i in range(1, 4):
+        assert principal_angle_sin2(U[:, :i], Ue[:, :i]) < 0.01
+        assert principal_angle_sin2(V[:, :i], Ve[:, :i]) < 0.01
+
+
 def test_kcca_steps_on_fourier_blocks_reach_rca_on_the_same_blocks(halves):
     # The dense reference of Fourier features: "rca" solves the steps' problem on the same
     # seeded blocks (their kernel z z^T / J). One block of 256: measured 1.7e-4 relative on the
@@ -384,7 +403,7 @@ def test_bad_two_view_input_fails_before_work(halves, sarcos, tmp_path):
         KernelSIR(3, n_slices=6).fit(X, np.arange(600) % 3)
     with pytest.raises(TypeError, match="numeric"):
         KernelSIR(2).fit(X, np.array(["a", "b"] * 300))
-    with pytest.raises(ValueError, match="reg must be a finite number > 0"):
+    with pytest.raises(ValueError, match=r"'reg' parameter of KernelCCA must be a float in the range \(0\.0, inf\)"):
         KernelCCA(2, reg=0).fit(A, B)
     with pytest.raises(ValueError, match="n_components=300 must be <= block_size"):
         KernelCCA(300, n_features=256, block_size=256).fit(A, B)
@@ -433,16 +452,16 @@ def test_partial_fit_takes_steps_and_says_so(halves):
                                          "solver='rca'"):
         KernelCCA(2, solver="rca").partial_fit(A, B)
     rca = KernelCCA(2, solver="rca", n_features=128, random_state=0).fit(A, B)
-    with pytest.raises(ValueError, match="fitted by solver='rca', which keeps no step state"):
+    with pytest.raises(ValueError, match="fitted by solver='rca'; partial_fit continues fits of doubly stochastic"):
         rca.set_params(solver="auto").partial_fit(A, B)
-    # "auto" fits by passes, then streams by steps from the passes' functions
+    # "auto" fits by passes; steps on that model would switch algorithm silently: refused, model unchanged
     est = KernelCCA(2, n_features=128, block_size=64, max_iter=2, random_state=0).fit(A, B)
     assert (est.solver_, est.n_iter_, len(est.convergence_)) == ("lobpcg", 2, 2)
     before = [m.coef.copy() for m in est.models_]
-    est.partial_fit(A[:256], B[:256])
-    assert est.solver_ == "dsgd"
-    assert not np.array_equal(est.models_[0].coef, before[0])
-    assert [(r["iteration"], r["rows"]) for r in est.convergence_] == [(1, 256)]
+    with pytest.raises(ValueError, match="fitted by solver='lobpcg'; partial_fit continues fits of doubly stochastic"):
+        est.partial_fit(A[:256], B[:256])
+    assert est.solver_ == "lobpcg"
+    assert all(np.array_equal(m.coef, b) for m, b in zip(est.models_, before, strict=True))
     # a stream from scratch: one record per chunk task of steps, steps counted by n_iter_
     svd = KernelSVD(2, **SMALL).partial_fit(A[:256], B[:256]).partial_fit(A[256:512], B[256:512])
     assert (svd.solver_, svd.n_iter_) == ("dsgd", 8)

@@ -7,7 +7,6 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils.validation import check_is_fitted
 
 from dsgd_dask._linalg import top_eigenpairs
-from dsgd_dask._validation import check_choice, check_int
 from dsgd_dask.baselines._common import fingerprint
 from dsgd_dask.baselines._dense import CentredKernel, DualProjection, check_dense_size, materialise
 from dsgd_dask.baselines.rca import DenseSolution, sections
@@ -25,9 +24,7 @@ class _DenseKernelEstimator(RandomFeatureEstimatorMixin, ClassNamePrefixFeatures
     def _dense_setup(self, X):
         """The validated view, ``k``, and the centring and (centred) kernel matrix of ``X``."""
         view = self._validate_input(X, reset=True)
-        k = check_int(self.n_components, "n_components")
-        center = bool(check_choice(self.center, "center", (True, False)))
-        self._check_params()
+        k, center = int(self.n_components), bool(self.center)
         check_dense_size(view.n_samples, type(self).__name__)
         if k > view.n_samples:
             raise ValueError(f"n_components={k} must be <= n_samples={view.n_samples}")
@@ -40,9 +37,6 @@ class _DenseKernelEstimator(RandomFeatureEstimatorMixin, ClassNamePrefixFeatures
         self.kernel_ = spec
         self._n_features_out = k
         return view, k, centred, K
-
-    def _check_params(self) -> None:
-        """Validate the estimator's own parameters (before any data are read)."""
 
     def _set_projection(self, centred: CentredKernel, coef: np.ndarray) -> None:
         self._projection = DualProjection(centred, coef)

@@ -12,16 +12,13 @@ coefficients of the kernel sections at every training row (:func:`dual_expansion
 
 from __future__ import annotations
 
-import numbers
-
 import dask
 import numpy as np
 
 from dsgd_dask._linalg import top_eigenpairs
-from dsgd_dask._validation import check_choice
 from dsgd_dask.baselines._dense import CentredKernel
 from dsgd_dask.baselines.rca import sections
-from dsgd_dask.features.kernels import KernelSpec, parse_kernel
+from dsgd_dask.features.kernels import KernelSpec
 from dsgd_dask.model.expansion import KernelExpansion
 from dsgd_dask.rules.solutions import between_slice_factor, cross_svd, ridge_cca, slice_sums, sliced_directions
 from dsgd_dask.streams.inputs import DataView, check_finite_block
@@ -39,20 +36,6 @@ def check_two_view_size(n_samples: int, name: str) -> None:
             f"n_samples <= {MAX_TWO_VIEW_SAMPLES} (got {n_samples}); use another solver (e.g. solver='rca') "
             "for larger data, or fit on a subsample"
         )
-
-
-def check_kernel(kernel, bandwidth, kernel_params, suffix: str = "") -> KernelSpec:
-    """The kernel of one view, its parameters checked before any data are read (bandwidth 1 if ``"median"``).
-
-    Errors name the parameters ``kernel{suffix}``, ``bandwidth{suffix}``.
-    """
-    spec = parse_kernel(kernel, 1.0, kernel_params)
-    if isinstance(bandwidth, str):
-        check_choice(bandwidth, f"bandwidth{suffix}", ("median",))
-        return spec
-    if isinstance(bandwidth, bool) or not isinstance(bandwidth, numbers.Real):
-        raise TypeError(f"bandwidth{suffix} must be 'median' or a positive number, got {bandwidth!r}")
-    return spec.with_bandwidth(bandwidth)
 
 
 def materialise_pair(vx: DataView, vy: DataView, what: tuple[str, str] = ("X", "Y")) -> tuple[np.ndarray, np.ndarray]:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from numbers import Real
+from typing import ClassVar, Literal
 
 import numpy as np
+from sklearn.base import _fit_context
+from sklearn.utils._param_validation import Interval, StrOptions
 
 from dsgd_dask._threads import one_blas_thread
-from dsgd_dask._validation import check_choice, check_float, check_int
 from dsgd_dask.baselines._common import KHA_TAG
 from dsgd_dask.baselines.exact import _DenseKernelEstimator
+from dsgd_dask.estimators._atomic import atomic_fit
+from dsgd_dask.estimators._constraints import COUNT, KERNEL, NON_NEGATIVE, POSITIVE, RANDOM_STATE
 
 Gain = Literal["constant", "1/t", "et", "smd"]
 GAINS: tuple[str, ...] = ("constant", "1/t", "et", "smd")
@@ -126,6 +130,11 @@ class KernelHebbianPCA(_DenseKernelEstimator):
     True
     """
 
+    _parameter_constraints: ClassVar[dict] = {
+        "n_components": COUNT, **KERNEL, "center": ["boolean"], "gain": [StrOptions(set(GAINS))], "eta0": POSITIVE,
+        "meta_gain": NON_NEGATIVE, "meta_decay": [Interval(Real, 0, 1, closed="both")], "max_iter": COUNT,
+        **RANDOM_STATE}
+
     def __init__(self, n_components=5, *, kernel="gaussian", bandwidth="median", kernel_params=None, center=True,
                  gain="et", eta0=0.2, meta_gain=0.3, meta_decay=0.99, max_iter=20, random_state=None):
         self.n_components = n_components
@@ -140,15 +149,8 @@ class KernelHebbianPCA(_DenseKernelEstimator):
         self.max_iter = max_iter
         self.random_state = random_state
 
-    def _check_params(self) -> None:
-        check_choice(self.gain, "gain", GAINS)
-        check_float(self.eta0, "eta0")
-        check_float(self.meta_gain, "meta_gain", strict=False)
-        xi = check_float(self.meta_decay, "meta_decay", strict=False)
-        if xi > 1.0:
-            raise ValueError(f"meta_decay must be in [0, 1], got {xi}")
-        check_int(self.max_iter, "max_iter")
-
+    @_fit_context(prefer_skip_nested_validation=True)
+    @atomic_fit
     def fit(self, X, y=None, *, callback=None):
         """Run ``max_iter`` passes of KHA updates over the training points.
 

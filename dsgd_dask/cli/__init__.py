@@ -2,15 +2,19 @@
 
 Run ``dsgd-dask --help`` (or ``python -m dsgd_dask --help``); see ``docs/cli.rst``.
 Exit status: 0 on success, 2 for a command line that cannot work (usage), 1 for a data
-or model error (a one-line message on stderr; ``--debug`` shows the traceback), 130 when
-interrupted.
+or model error, 130 when interrupted. Every error is one line on stderr (``--debug`` shows
+the traceback); a command line is checked before any work: numbers in range, a known
+scheduler, outputs apart from the inputs.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 import traceback
+from pathlib import Path
 
 from dsgd_dask.cli._commands import (
     METHODS,
@@ -25,21 +29,55 @@ from dsgd_dask.cli._commands import (
     parse_set,
 )
 from dsgd_dask.cli._demo import run_demo
-from dsgd_dask.cli._io import open_input, write_output
-from dsgd_dask.model.store import StoreError
+from dsgd_dask.cli._io import is_path, open_input, write_output
+from dsgd_dask.model.store import StoreError, local_path
 
-__all__ = ["METHODS", "build_parser", "evaluate", "main", "model_info", "open_input", "parse_set", "run_demo",
-           "write_output"]
+__all__ = ["METHODS", "build_parser", "check_args", "evaluate", "main", "model_info", "open_input", "parse_set",
+           "run_demo", "write_output"]
 
 PROG = "dsgd-dask"
 #: Errors reported as ``dsgd-dask: error: <message>`` with exit status 1.
-DATA_ERRORS = (StoreError, ValueError, TypeError, KeyError, OSError)
+DATA_ERRORS = (StoreError, ValueError, TypeError, KeyError, OSError, MemoryError)
+#: The schedulers named by ``--scheduler``; anything else must be a scheduler address.
+SCHEDULERS = ("threads", "synchronous", "processes", "local")
+_ADDRESS = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+|[^\s:/]+:\d+")
 
 _FORMATTER = argparse.RawDescriptionHelpFormatter
 _METHODS_HELP = ", ".join(f"{k} ({v})" for k, v in METHODS.items())
 _METHODS_LIST = "\n".join(f"  {k:<9}{v}" for k, v in METHODS.items())
 _INPUT_HELP = ("a Zarr store: an array, or a group with --var naming the array (variables written by xarray "
                "are opened with xarray and keep their coordinates); or a .npy file")
+
+
+class _Once(argparse.Action):
+    """Store an option's value, refusing the option given twice (argparse would keep the last one)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = namespace.__dict__.setdefault("_given", set())
+        if self.dest in given:
+            raise argparse.ArgumentError(self, f"given twice ({getattr(namespace, self.dest)!r}, then {values!r}); "
+                                         "give it once")
+        given.add(self.dest)
+        setattr(namespace, self.dest, values)
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line, like the other errors of the command line."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register("action", None, _Once)
+        self.register("action", "store", _Once)
+
+    def parse_args(self, args=None, namespace=None):
+        args, extras = self.parse_known_args(args, namespace)
+        if extras:  # reported by the subcommand's parser, whose --help lists its options
+            commands = getattr(self, "commands", {})
+            commands.get(getattr(args, "command", None), self).error(f"unrecognized arguments: {' '.join(extras)}")
+        return args
+
+    def error(self, message):
+        self.exit(2, f"{PROG}: error: {' '.join(message.split())} (see `{self.prog} --help`)\n")
 
 
 def _cmd_demo(args) -> int:
@@ -63,7 +101,7 @@ def _common(p: argparse.ArgumentParser, compute: bool = True) -> None:
                        "--n-workers single-threaded workers for this command) or a scheduler address such as "
                        "tcp://host:8786")
         g.add_argument("--n-workers", type=int, metavar="N", help="workers of --scheduler local (default 2), or "
-                       "threads of --scheduler threads")
+                       "threads of --scheduler threads or processes of --scheduler processes (at least 1)")
     g.add_argument("--quiet", "-q", action="store_true", help="no progress bars or messages")
     g.add_argument("--debug", action="store_true", help="show the traceback of an error")
 
@@ -82,8 +120,8 @@ def _data(p: argparse.ArgumentParser, y_help: str | None) -> None:
 def _output(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--out", required=True, metavar="STORE", help=f"the new Zarr store of {what}; written to a "
                    "hidden temporary sibling and renamed into place, so an error or interrupt leaves nothing")
-    p.add_argument("--chunks", type=int, metavar="N", help="rows per task and per output chunk (default: INPUT's "
-                   "row chunks; 8192 for .npy)")
+    p.add_argument("--chunks", type=int, metavar="N", help="rows per task and per output chunk, at least 1 "
+                   "(default: INPUT's row chunks; 8192 for .npy)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing STORE")
 
 
@@ -96,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     """
     from dsgd_dask import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=PROG, formatter_class=_FORMATTER,
         description="Kernel PCA, CCA, SVD, SIR and kernel machines on data larger than memory, from the shell:\n"
         "fit on Zarr stores, save the model, transform or predict other stores lazily, chunk by chunk.",
@@ -107,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Run `dsgd-dask COMMAND --help` for the options of a command.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parser.commands = sub.choices
 
     p = sub.add_parser("fit", formatter_class=_FORMATTER, help="fit an estimator on a data store and save it",
                        description="Fit an estimator on INPUT and save it as a model store.\n\n"
@@ -193,6 +232,102 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _resolved(path) -> Path | None:
+    """``path`` absolute, its symbolic links resolved; None for a URL of another protocol than ``file://``."""
+    try:
+        return local_path(path).resolve()
+    except (ValueError, TypeError):
+        return None
+
+
+def _relation(a: Path, b: Path) -> str | None:
+    if a == b:
+        return "is the same path as"
+    if a.is_relative_to(b):
+        return "is inside"
+    if b.is_relative_to(a):
+        return "contains"
+    return None
+
+
+def _check_paths(args) -> None:
+    """Refuse an output path equal to, inside or containing an input or the other output."""
+    inputs = {"MODEL": getattr(args, "model", None), "INPUT": args.input}
+    if getattr(args, "y", None) is not None and is_path(args.y):
+        inputs["--y"] = args.y
+    outputs = {"--checkpoint": getattr(args, "checkpoint", None), "--out": args.out}
+    named = [(name, path, _resolved(path)) for name, path in inputs.items() if path is not None]
+    for name, path in outputs.items():
+        if path is None:
+            continue
+        mine = _resolved(path)
+        for other, their_path, theirs in named:
+            relation = mine is not None and theirs is not None and _relation(mine, theirs)
+            if relation:
+                why = ("give them separate paths" if other in outputs
+                       else "an output must be apart from the inputs; choose another path")
+                raise UsageError(f"{name} {path} {relation} {other} {their_path}: {why}")
+        named.append((name, path, mine))
+
+
+def _replaceable(path: Path) -> bool:
+    """Whether ``--overwrite`` may replace ``path``: an empty folder or a Zarr store."""
+    if not path.is_dir() or path.is_symlink():
+        return False
+    return not any(path.iterdir()) or any((path / name).is_file() for name in ("zarr.json", ".zgroup", ".zarray"))
+
+
+def check_args(args) -> None:
+    """Refuse a command line that cannot work, before any work.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        Parsed by :func:`build_parser`.
+
+    Raises
+    ------
+    UsageError
+        A number out of range (``--chunks``, ``--n-workers``, ``--seed``), an unknown
+        ``--scheduler``, ``--n-workers`` with a scheduler address, ``--y-var`` without
+        ``--y``, ``--set checkpoint=...`` (use ``--checkpoint``), a ``demo --out`` that is a
+        file, an output path (``--out``, ``--checkpoint``) equal to, inside or containing
+        an input (MODEL, INPUT, ``--y``) or the other output, or ``--overwrite`` of
+        something else than an empty folder or a Zarr store. The message names the
+        option.
+    """
+    for option, minimum in (("chunks", 1), ("n_workers", 1), ("seed", 0)):
+        value = getattr(args, option, None)
+        if value is not None and value < minimum:
+            what = "a positive integer" if minimum else "a non-negative integer"
+            raise UsageError(f"--{option.replace('_', '-')} must be {what}, got {value}")
+    scheduler = getattr(args, "scheduler", None)
+    if scheduler is not None and scheduler not in SCHEDULERS:
+        if not _ADDRESS.fullmatch(scheduler):
+            raise UsageError(f"--scheduler must be one of {', '.join(SCHEDULERS)} or a scheduler address such as "
+                             f"tcp://host:8786, got {scheduler!r}")
+        if args.n_workers is not None:
+            raise UsageError(f"--n-workers applies to --scheduler local, threads or processes; the scheduler at "
+                             f"{scheduler} has its own workers")
+    if getattr(args, "y_var", None) is not None and args.y is None:
+        raise UsageError("--y-var names a variable of the --y store: give --y too")
+    for item in getattr(args, "set", None) or ():
+        if item.partition("=")[0].strip().replace("-", "_") == "checkpoint":
+            raise UsageError(f"--set {item}: give the checkpoint with --checkpoint PATH")
+    if args.command == "demo":
+        if args.out is not None and Path(args.out).exists() and not Path(args.out).is_dir():
+            raise UsageError(f"--out {args.out} is a file; the demo writes a folder")
+    elif getattr(args, "out", None) is not None:
+        _check_paths(args)
+        try:
+            out = local_path(args.out)
+        except (ValueError, TypeError):
+            out = None  # a URL: refused where the output is written
+        if args.overwrite and out is not None and os.path.lexists(out) and not _replaceable(out):
+            raise UsageError(f"--out {args.out} exists and is not a Zarr store: --overwrite replaces only a Zarr "
+                             "store or an empty folder")
+
+
 def _message(err: BaseException) -> str:
     text = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
     text = " ".join(str(text).split()) or type(err).__name__
@@ -215,6 +350,7 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        check_args(args)
         return args.func(args) or 0
     except KeyboardInterrupt:
         if args.debug:
@@ -230,4 +366,12 @@ def main(argv=None) -> int:
         if args.debug:
             traceback.print_exc()
         print(f"{PROG}: error: {_message(err)}", file=sys.stderr)
+        return 1
+    except Exception as err:
+        if args.debug:
+            traceback.print_exc()
+            print(f"{PROG}: error: {_message(err)}", file=sys.stderr)
+        else:
+            print(f"{PROG}: error: {_message(err)} (unexpected: run again with --debug for the traceback)",
+                  file=sys.stderr)
         return 1

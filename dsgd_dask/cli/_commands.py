@@ -321,7 +321,8 @@ def model_info(path, verify: bool = False) -> dict:
     path : str or Path
         A store written by an estimator's ``save``.
     verify : bool
-        Also load the model: checks every array against its SHA-256 digest and adds the
+        Also load the model: checks the attributes and every array against their SHA-256
+        digests (a store that does not match them raises a ``StoreError``) and adds the
         model's fingerprint.
 
     Returns
@@ -334,6 +335,8 @@ def model_info(path, verify: bool = False) -> dict:
     """
     import zarr
 
+    # verified first, so that what is shown is what was verified
+    model = dsgd_dask.load(path) if verify else None
     attrs, meta = read_model_attrs(path)
     fitted = {k: v for k, v in attrs.get("fitted", {}).items() if k not in ("config", "resolved_params")}
     arrays = meta.get("arrays", {})
@@ -348,11 +351,11 @@ def model_info(path, verify: bool = False) -> dict:
             "resolved_parameters": attrs.get("fitted", {}).get("resolved_params"),
             "fitted": fitted, "features": attrs.get("features"), "values": values,
             "arrays": {name: {"shape": a["shape"], "dtype": a["dtype"], "sha256": a["sha256"]}
-                       for name, a in arrays.items()}}
+                       for name, a in arrays.items()},
+            "attributes_sha256": meta.get("attributes_sha256")}
     if verify:
         from dsgd_dask.estimators._steps import model_fingerprint
 
-        model = dsgd_dask.load(path)
         models = getattr(model, "models_", None) or (model.model_,)
         info["fingerprint"] = [model_fingerprint(m) for m in models]
         info["verified"] = True
@@ -385,6 +388,7 @@ def cmd_info(args) -> int:
         lines.append(f"  {name:<22}{'×'.join(map(str, a['shape'])) or 'scalar':<14}{a['dtype']:<6}"
                      f"sha256 {a['sha256'][:16]}")
     if info.get("verified"):
-        lines.append("verified       every array matches its digest; fingerprint " + ", ".join(info["fingerprint"]))
+        lines.append("verified       the attributes and every array match their digests; fingerprint "
+                     + ", ".join(info["fingerprint"]))
     print("\n".join(lines))
     return 0

@@ -111,9 +111,14 @@ def open_input(path, var: str | None = None, *, what: str = "INPUT", ndim: int |
     return data
 
 
+def is_path(y: str) -> bool:
+    """Whether ``--y`` names a path (a ``.npy`` file, something that exists, a URL) rather than a variable."""
+    return y.endswith(".npy") or os.path.exists(y) or "://" in y
+
+
 def open_second(x_path, y: str, y_var: str | None, what: str, ndim: int | None, feature_dim: str | None = None):
     """The second view or target ``--y``: a path (with ``--y-var``), or a variable of ``x_path``'s group."""
-    if y.endswith(".npy") or os.path.exists(y) or "://" in y:
+    if is_path(y):
         return open_input(y, y_var, what=what, ndim=ndim, feature_dim=feature_dim)
     if y_var is not None:
         raise FileNotFoundError(f"no store at --y {y}")

@@ -1,4 +1,11 @@
-"""Checkpoints, written atomically, resumable: the step engine's state every N steps, the pass driver's every pass."""
+"""Checkpoints, written atomically, resumable: the step engine's state every N steps, the pass driver's every pass.
+
+A checkpoint is bound to its fit twice over: by the fingerprint of the estimator and its
+parameters (:func:`fit_fingerprint`), and by the fingerprint of every input it was fitted
+on (:func:`~dsgd_dask.streams.fingerprint.data_fingerprint`: shape, dtype, row chunks
+and a digest of sampled rows). A fit that differs in either is refused, with a message
+that says which differs.
+"""
 
 from __future__ import annotations
 
@@ -11,31 +18,90 @@ import numpy as np
 
 from dsgd_dask.engine.steps import StepState
 from dsgd_dask.model.store import read_store, write_store
+from dsgd_dask.streams.fingerprint import fingerprint_difference
+
+_AFRESH = "to start afresh, delete it or choose another checkpoint path"
 
 
-def fit_fingerprint(estimator_name: str, params: dict, data_shape: tuple) -> str:
-    """What a checkpoint must agree on to be resumed: estimator, parameters, data shape."""
-    blob = json.dumps([estimator_name, params, list(data_shape)], sort_keys=True, default=str)
+def fit_fingerprint(estimator_name: str, params: dict, data_shape: tuple | None = None) -> str:
+    """What a checkpoint must agree on besides its inputs: estimator and parameters (and ``data_shape`` if given)."""
+    parts = [estimator_name, params] if data_shape is None else [estimator_name, params, list(data_shape)]
+    blob = json.dumps(parts, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def read_checkpoint(path: Path, fingerprint: str, driver: str | None) -> tuple[dict, dict] | None:
+def fit_parameters(estimator_name: str, params: dict) -> dict:
+    """The estimator and its parameters as saved with a checkpoint (JSON values), to name those that differ."""
+    return json.loads(json.dumps({"estimator": estimator_name, "params": params}, sort_keys=True, default=str))
+
+
+def _parameter_difference(saved: dict | None, current: dict | None) -> str:
+    """The parameters that differ between ``saved`` and ``current`` (:func:`fit_parameters`), in words."""
+    if not saved or not current:
+        return "other parameters"
+    if saved.get("estimator") != current.get("estimator"):
+        return f"{saved.get('estimator')}, not {current.get('estimator')}"
+    old, new = saved.get("params", {}), current.get("params", {})
+    names = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+    if not names:
+        return "other parameters"
+    shown = ", ".join(f"{k}={old.get(k)!r}, not {new.get(k)!r}" for k in names[:4])
+    return f"other parameters ({shown}{', ...' if len(names) > 4 else ''})"
+
+
+def _check_inputs(path: Path, saved: dict, current: dict) -> None:
+    """Refuse the checkpoint at ``path`` when its inputs (``saved``) are not this fit's (``current``)."""
+    if sorted(saved) != sorted(current):
+        raise ValueError(f"the checkpoint at {path} belongs to a different fit: it was written for inputs "
+                         f"{', '.join(sorted(saved))}, not {', '.join(sorted(current))}; {_AFRESH}")
+    for name in current:  # in the fit's order: X first
+        difference = fingerprint_difference(saved[name], current[name])
+        if difference is not None:
+            raise ValueError(f"the checkpoint at {path} belongs to a different fit: it was written for a different "
+                             f"{name} ({difference}); to resume it, fit on the data it was written for; {_AFRESH}")
+
+
+def read_checkpoint(path: Path, fingerprint: str, driver: str | None, *, parameters: dict | None = None,
+                    inputs: dict | None = None) -> tuple[dict, dict] | None:
     """``(attrs, arrays)`` of the checkpoint at ``path``, or ``None`` if there is none.
 
-    Refused (``ValueError``) when it belongs to another fit (``fingerprint``), or was not
-    written by ``driver`` (``None``: the step engine; ``"passes"``: the pass driver).
+    Refused (``ValueError``, naming what differs) when it belongs to another fit: other
+    estimator or parameters (``fingerprint``; ``parameters``, :func:`fit_parameters`,
+    names those that differ), other data (``inputs``: the input fingerprints by name,
+    ``None``: not checked), or not written by ``driver`` (``None``: the step engine;
+    ``"passes"``: the pass driver). A checkpoint without input fingerprints is refused
+    when ``inputs`` are given.
     """
     if not path.exists() and not list(path.parent.glob(f".{path.name}.old-*")):
         return None
     attrs, arrays = read_store(path, "checkpoint")
-    if attrs.get("fingerprint") != fingerprint:
-        raise ValueError(f"the checkpoint at {path} belongs to a different fit (other parameters or data); "
-                         "delete it or choose another checkpoint path")
+    saved_parameters = attrs.get("parameters")
+    if saved_parameters is not None and attrs.get("fingerprint") != fingerprint:
+        raise ValueError(f"the checkpoint at {path} belongs to a different fit: it was written for "
+                         f"{_parameter_difference(saved_parameters, parameters)}; {_AFRESH}")
     if attrs.get("driver") != driver:
         written, wanted = (("steps", "the pass driver") if driver else ("the pass driver", "steps"))
-        raise ValueError(f"the checkpoint at {path} was written by {written}, not by {wanted}; delete it or choose "
-                         "another checkpoint path")
+        raise ValueError(f"the checkpoint at {path} was written by {written}, not by {wanted}; {_AFRESH}")
+    if inputs is not None and attrs.get("inputs") is None:
+        raise ValueError(f"the checkpoint at {path} has no fingerprints of the data it was fitted on (it was "
+                         f"written before checkpoints kept them), so it cannot be checked against this fit's "
+                         f"data; {_AFRESH}")
+    if attrs.get("fingerprint") != fingerprint:
+        raise ValueError(f"the checkpoint at {path} belongs to a different fit: it was written for other "
+                         f"parameters; {_AFRESH}")
+    if inputs is not None:
+        _check_inputs(path, attrs["inputs"], inputs)
     return attrs, arrays
+
+
+def _identity(fingerprint: str, parameters: dict | None, inputs: dict | None) -> dict:
+    """The attributes that bind a checkpoint to its fit (those given)."""
+    attrs = {"fingerprint": fingerprint}
+    if parameters is not None:
+        attrs["parameters"] = parameters
+    if inputs is not None:
+        attrs["inputs"] = inputs
+    return attrs
 
 
 class Checkpointer:
@@ -48,23 +114,36 @@ class Checkpointer:
     every : int
         Steps between writes.
     fingerprint : str
-        Identifies the fit; a checkpoint of another fit is refused.
+        Identifies the fit (:func:`fit_fingerprint`); a checkpoint of another fit is refused.
+    parameters : dict, optional
+        The estimator and parameters behind ``fingerprint`` (:func:`fit_parameters`),
+        saved to name those that differ when a checkpoint is refused.
+    inputs : dict, optional
+        The fingerprints of the fit's inputs by name (``{"X": ..., "y": ...}``,
+        :func:`~dsgd_dask.streams.fingerprint.data_fingerprint`); a checkpoint of other
+        data, or without input fingerprints, is refused. ``None``: not checked.
+
+    Attributes
+    ----------
     seed : int
         Root seed of the fit, stored so that a fit with ``random_state=None`` resumes with
         the same seed.
     """
 
-    def __init__(self, path, every: int, fingerprint: str):
+    def __init__(self, path, every: int, fingerprint: str, *, parameters: dict | None = None,
+                 inputs: dict | None = None):
         self.path = Path(path)
         self.every = int(every)
         self.fingerprint = fingerprint
+        self.parameters = parameters
+        self.inputs = inputs
         self.seed: int | None = None
         self.extra: dict = {}
         self._last = None
 
     def existing(self) -> tuple[int, StepState] | None:
         """``(seed, state)`` of an existing checkpoint of this fit, or ``None``."""
-        found = read_checkpoint(self.path, self.fingerprint, None)
+        found = read_checkpoint(self.path, self.fingerprint, None, parameters=self.parameters, inputs=self.inputs)
         if found is None:
             return None
         attrs, arrays = found
@@ -80,7 +159,7 @@ class Checkpointer:
 
     def save(self, state: StepState, extra: dict | None = None) -> None:
         """Write ``state`` (and ``extra`` arrays, returned in :attr:`extra` on resume)."""
-        attrs = {"fingerprint": self.fingerprint, "seed": self.seed, "step": state.step,
+        attrs = {**_identity(self.fingerprint, self.parameters, self.inputs), "seed": self.seed, "step": state.step,
                  "eta_scale": state.eta_scale, "n_sets": len(state.coef)}
         coef = ({"coef": state.coef[0]} if len(state.coef) == 1 else
                 {f"coef_{i}": c for i, c in enumerate(state.coef)})
@@ -114,7 +193,7 @@ class PassCheckpoint:
     Written atomically after every pass (a crash never leaves a checkpoint that loads
     wrong); the state's arrays come back bit for bit, so a resumed fit ends where an
     uninterrupted one does. A checkpoint of another fit (another fingerprint), of another
-    solver, or written by the step engine is refused.
+    solver, on other data (``inputs``), or written by the step engine is refused.
 
     Parameters
     ----------
@@ -122,6 +201,10 @@ class PassCheckpoint:
         Zarr group of the checkpoint (replaced at each write).
     fingerprint : str
         Identifies the fit (:func:`fit_fingerprint`).
+    parameters : dict, optional
+        The estimator and parameters behind ``fingerprint`` (:func:`fit_parameters`).
+    inputs : dict, optional
+        The fingerprints of the fit's inputs by name (as for :class:`Checkpointer`).
 
     Attributes
     ----------
@@ -133,9 +216,11 @@ class PassCheckpoint:
 
     DRIVER = "passes"
 
-    def __init__(self, path, fingerprint: str):
+    def __init__(self, path, fingerprint: str, *, parameters: dict | None = None, inputs: dict | None = None):
         self.path = Path(path)
         self.fingerprint = fingerprint
+        self.parameters = parameters
+        self.inputs = inputs
         self.seed: int | None = None
         self._saved: SavedPasses | None = None
         self._read = False
@@ -144,7 +229,8 @@ class PassCheckpoint:
         """The saved state of this fit, or ``None`` when there is no checkpoint (read once, then cached)."""
         if self._read:
             return self._saved
-        found = read_checkpoint(self.path, self.fingerprint, self.DRIVER)
+        found = read_checkpoint(self.path, self.fingerprint, self.DRIVER, parameters=self.parameters,
+                                inputs=self.inputs)
         self._read = True
         if found is None:
             return None
@@ -161,8 +247,8 @@ class PassCheckpoint:
     def save(self, solver: str, state: dict, n_passes: int, n_iter: int, records: list) -> None:
         """Write the state after ``n_passes`` passes (``n_iter`` of them iterations) and the records so far."""
         arrays = {str(k): np.asarray(v) for k, v in state.items()}
-        attrs = {"fingerprint": self.fingerprint, "seed": self.seed, "driver": self.DRIVER, "solver": solver,
-                 "n_passes": int(n_passes), "n_iter": int(n_iter), "records": list(records),
+        attrs = {**_identity(self.fingerprint, self.parameters, self.inputs), "seed": self.seed, "driver": self.DRIVER,
+                 "solver": solver, "n_passes": int(n_passes), "n_iter": int(n_iter), "records": list(records),
                  "shapes": {k: list(a.shape) for k, a in arrays.items()}}
         write_store(self.path, "checkpoint", attrs, arrays, overwrite=True)
         self._saved = SavedPasses(solver, {k: a.copy() for k, a in arrays.items()}, int(n_passes), int(n_iter),

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 from sklearn.utils.validation import validate_data
 
-from dsgd_dask._validation import check_choice, check_float, check_int, check_seed
-from dsgd_dask.features.bandwidth import MEDIAN_SAMPLE, median_bandwidth
+from dsgd_dask._validation import root_seed
+from dsgd_dask.features.bandwidth import MEDIAN_SAMPLE, DataScale, check_resolution, check_scale, median_bandwidth
 from dsgd_dask.features.blocks import RandomFeatures
 from dsgd_dask.features.kernels import KernelSpec, parse_kernel
 from dsgd_dask.streams.inputs import (
@@ -127,32 +125,37 @@ class RandomFeatureEstimatorMixin:
         """The kernel with its bandwidth: a number, or the median trick on ``sample``."""
         return kernel_spec(self.kernel, self.bandwidth, self.kernel_params, sample)
 
-    def _make_features(self, spec: KernelSpec, sample: np.ndarray, seed: int,
-                       block_size: int | None = None) -> RandomFeatures:
-        dtype = check_choice(self.compute_dtype, "compute_dtype", ("float32", "float64"))
-        block_size = check_int(self.block_size if block_size is None else block_size, "block_size")
-        cache = None if self.cache_bytes is None else check_int(self.cache_bytes, "cache_bytes", 0)
+    def _make_features(self, spec: KernelSpec, sample: np.ndarray, seed: int, block_size: int) -> RandomFeatures:
         center = sample.mean(axis=0, dtype=np.float64) if spec.shift_invariant else None
-        return RandomFeatures(spec, sample.shape[1], block_size, seed, dtype, center=center, cache_bytes=cache)
+        # the features multiply the inputs (about their mean) by frequencies omega / bandwidth
+        check_scale(DataScale.of(sample, spec.shift_invariant), spec.bandwidth, self.compute_dtype, power=1)
+        return RandomFeatures(spec, sample.shape[1], block_size, seed, self.compute_dtype, center=center,
+                              cache_bytes=self.cache_bytes)
 
     @staticmethod
     def _seed(random_state) -> int:
-        return check_seed(random_state)
-
-    @staticmethod
-    def _check_positive(value, name: str) -> float:
-        return check_float(value, name)
+        return root_seed(random_state)
 
 
 def kernel_spec(kernel, bandwidth, kernel_params, sample: np.ndarray, what: str = "bandwidth") -> KernelSpec:
-    """The kernel ``kernel`` with its bandwidth: a number, or the median trick on ``sample``."""
+    """The kernel ``kernel`` with its validated bandwidth: a number, or ``"median"``, the median trick on ``sample``.
+
+    The scales of ``sample`` and of the bandwidth are checked against float64, the precision
+    of the median, of the dense solvers and the best of the features (squared distances,
+    and a bandwidth above the rounding of the data's distances): extreme scales are refused
+    here with a ``ValueError`` saying what to do. The features check their own precision
+    when they are made.
+    """
     spec = parse_kernel(kernel, 1.0, kernel_params)
-    bw = bandwidth
-    if isinstance(bw, str):
-        check_choice(bw, what, ("median",))
+    if isinstance(bandwidth, str):
         if sample.shape[0] < 2 and spec.distance_metric != "norm":
             raise ValueError(f"{what}='median' needs at least 2 samples, got {sample.shape[0]} sample")
-        bw = median_bandwidth(sample[:MEDIAN_SAMPLE], spec.distance_metric)
-    elif isinstance(bw, bool) or not isinstance(bw, numbers.Real):
-        raise TypeError(f"{what} must be 'median' or a positive number, got {bw!r}")
-    return spec.with_bandwidth(bw)
+        spec = spec.with_bandwidth(median_bandwidth(sample[:MEDIAN_SAMPLE], spec.distance_metric))
+    else:
+        spec = spec.with_bandwidth(bandwidth)
+    if sample.shape[0]:
+        rows = {"bandwidth_y": "Y's rows"}.get(what, "X's rows")
+        scale = DataScale.of(sample, spec.shift_invariant, rows)
+        check_scale(scale, spec.bandwidth, "float64", power=2)
+        check_resolution(scale, spec.bandwidth)
+    return spec

@@ -31,8 +31,8 @@ def load(path):
         Nothing at ``path``.
     ValueError
         ``path`` is a URL of another protocol than ``file://``; or it is not a saved model
-        (e.g. a data store), was written by a newer format version, or is truncated or
-        corrupt.
+        (e.g. a data store), was written in another format version, is truncated or
+        corrupt, or its attributes were edited (they do not match their checksum).
     """
     attrs, arrays = read_store(path, "model")
     name = attrs.get("estimator")

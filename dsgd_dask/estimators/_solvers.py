@@ -89,7 +89,16 @@ def check_solver(estimator, features: str) -> str:
 
 
 def check_partial_fit(estimator) -> None:
-    """Refuse :meth:`partial_fit` for a solver that does not stream: only ``"dsgd"`` (or ``"auto"``) steps."""
+    """Refuse :meth:`partial_fit` with a solver that does not stream, or with a ``checkpoint``.
+
+    Only ``"dsgd"`` (or ``"auto"``) steps stream. A checkpoint is the state of one
+    :meth:`fit`, resumed by running that fit again; the state of a stream of
+    ``partial_fit`` calls is the estimator itself.
+    """
+    if getattr(estimator, "checkpoint", None) is not None:
+        raise ValueError(f"checkpoint={estimator.checkpoint!r} applies to fit, and partial_fit writes no "
+                         "checkpoint: the state of a stream is the estimator itself; save it between calls with "
+                         "save(path) and resume with dsgd_dask.load(path), and set checkpoint=None to stream")
     solver = estimator.solver
     if solver not in ("auto", "dsgd"):
         raise ValueError(f"partial_fit takes doubly stochastic steps over the rows given; solver={solver!r} "

@@ -13,8 +13,7 @@ from contextlib import nullcontext
 
 import numpy as np
 
-from dsgd_dask._validation import check_int
-from dsgd_dask.engine.checkpoint import Checkpointer, PassCheckpoint, fit_fingerprint
+from dsgd_dask.engine.checkpoint import Checkpointer, PassCheckpoint, fit_fingerprint, fit_parameters
 from dsgd_dask.engine.loop import run_plan
 from dsgd_dask.estimators._base import RandomFeatureEstimatorMixin
 from dsgd_dask.estimators._solvers import Clock, record
@@ -25,6 +24,7 @@ from dsgd_dask.model.expansion import KernelExpansion
 from dsgd_dask.model.store import StoreError, local_path, write_store
 from dsgd_dask.progress import step_bar
 from dsgd_dask.streams.batches import chunk_tasks, skip_done
+from dsgd_dask.streams.fingerprint import data_fingerprint
 
 #: Saved-model classes by name (see :func:`register`).
 REGISTRY: dict[str, type] = {}
@@ -84,27 +84,33 @@ class StepEstimatorMixin(RandomFeatureEstimatorMixin):
     ``_rule``, ``_config``, ``_params``, ``seed_`` and ``state_``.
     """
 
-    def _checkpoint_fingerprint(self, data_shape: tuple) -> str:
-        """What a checkpoint of this fit must agree on: class, parameters (not ``verbose``), data shape."""
+    def _checkpoint_identity(self, inputs: dict) -> dict:
+        """What a checkpoint of this fit must agree on, as keyword arguments of a checkpointer.
+
+        ``fingerprint`` and ``parameters``: the class and its parameters (not ``verbose``
+        nor ``checkpoint_every``); ``inputs``: the fingerprint of each input view
+        (``{"X": view, ...}``: shape, dtype, row chunks and a digest of sampled rows).
+        """
         params = {k: v for k, v in self.get_params().items() if k not in ("verbose", "checkpoint_every")}
         if not (params["random_state"] is None or isinstance(params["random_state"], int | np.integer)):
             raise ValueError("checkpointing needs random_state to be None or an int, so a resumed fit "
                              "regenerates the same features")
-        return fit_fingerprint(type(self).__name__, params, data_shape)
+        name = type(self).__name__
+        return {"fingerprint": fit_fingerprint(name, params), "parameters": fit_parameters(name, params),
+                "inputs": {what: data_fingerprint(view) for what, view in inputs.items()}}
 
-    def _checkpointer(self, data_shape: tuple) -> tuple[Checkpointer | None, tuple | None]:
-        """The checkpointer of this fit and ``(seed, state)`` of an existing checkpoint of it."""
+    def _checkpointer(self, inputs: dict) -> tuple[Checkpointer | None, tuple | None]:
+        """The checkpointer of this fit on ``inputs`` (``{"X": view, ...}``) and ``(seed, state)`` of its checkpoint."""
         if self.checkpoint is None:
             return None, None
-        every = check_int(self.checkpoint_every, "checkpoint_every")
-        fingerprint = self._checkpoint_fingerprint(data_shape)
-        ckpt = Checkpointer(local_path(self.checkpoint, "checkpoint"), every, fingerprint)
+        every = int(self.checkpoint_every)
+        ckpt = Checkpointer(local_path(self.checkpoint, "checkpoint"), every, **self._checkpoint_identity(inputs))
         return ckpt, ckpt.existing()
 
-    def _pass_checkpoint(self, data_shape: tuple) -> PassCheckpoint | None:
-        """The pass driver's checkpoint of this fit (``None`` without ``checkpoint``).
+    def _pass_checkpoint(self, inputs: dict) -> PassCheckpoint | None:
+        """The pass driver's checkpoint of this fit on ``inputs`` (``{"X": view, ...}``), ``None`` without one.
 
-        Use: ``ckpt = self._pass_checkpoint(shape)``; ``saved = ckpt.load()`` before
+        Use: ``ckpt = self._pass_checkpoint({"X": view})``; ``saved = ckpt.load()`` before
         initialising (``saved.seed`` is the seed of the fit being resumed, ``None`` when
         there is no checkpoint); then set ``ckpt.seed = self.seed_`` and hand ``ckpt`` to
         :func:`~dsgd_dask.engine.driver.run_passes`. The fingerprint is that of the step
@@ -113,8 +119,7 @@ class StepEstimatorMixin(RandomFeatureEstimatorMixin):
         """
         if self.checkpoint is None:
             return None
-        fingerprint = self._checkpoint_fingerprint(data_shape)
-        return PassCheckpoint(local_path(self.checkpoint, "checkpoint"), fingerprint)
+        return PassCheckpoint(local_path(self.checkpoint, "checkpoint"), **self._checkpoint_identity(inputs))
 
     def _run_steps(self, view, n_steps: int, epoch_offset: int, callback=None, checkpointer=None) -> None:
         """Run steps ``[step0, step0 + n_steps)`` of the plan that starts at ``self.state_.step``.
@@ -171,8 +176,10 @@ class StepEstimatorMixin(RandomFeatureEstimatorMixin):
     def save(self, path, overwrite: bool = False):
         """Save the fitted model as a Zarr group (feature definitions, coefficient blocks, parameters).
 
-        The store is written atomically and verified by checksums when read back with
-        :func:`dsgd_dask.load`, in any process or on any worker that can reach ``path``.
+        The store is written atomically, and its attributes and arrays are verified by
+        checksums when read back with :func:`dsgd_dask.load`, in any process or on any worker
+        that can reach ``path``; a process loading it while it is replaced gets the old
+        model or the new one.
 
         Parameters
         ----------
@@ -189,7 +196,7 @@ class StepEstimatorMixin(RandomFeatureEstimatorMixin):
         """
         from sklearn.utils.validation import check_is_fitted
 
-        check_is_fitted(self, "state_")
+        check_is_fitted(self, ["state_", "n_iter_"])
         attrs, arrays = self._fitted_payload()
         return write_store(path, "model", attrs, arrays, overwrite=overwrite)
 

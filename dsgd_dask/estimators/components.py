@@ -14,7 +14,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from dsgd_dask._threads import one_blas_thread
-from dsgd_dask._validation import check_choice, check_float, check_int
+from dsgd_dask.engine.ridge import JointNystroemBlocks
 from dsgd_dask.engine.steps import StepConfig, StepState
 from dsgd_dask.estimators._base import kernel_spec
 from dsgd_dask.estimators._solvers import renamed
@@ -43,6 +43,11 @@ GUARD_FACTOR = 10.0
 #: Default block sizes: Nyström blocks of landmark rows, Fourier blocks of the paper.
 NYSTROEM_BLOCK = 1024
 FOURIER_BLOCK = 256
+#: Largest Nyström budget the steps take in several blocks: they whiten the landmarks
+#: together (:class:`~dsgd_dask.engine.ridge.JointNystroemBlocks`) so that they minimise the
+#: objective of the other solvers, by one eigendecomposition of ``M x M`` (about a minute on
+#: two cores, ``3 M^2`` float64 of memory while it runs, 1.5 GiB at the limit).
+JOINT_STEPS_MAX_FEATURES = 8192
 
 
 def equal_blocks(budget: int, default: int) -> tuple[int, int] | None:
@@ -69,8 +74,8 @@ def feature_blocks(n_samples: int, kind: str, n_features, block_size) -> tuple[i
     Fourier features; one block up to the default), and hold at most ``n`` Nyström
     landmarks (distinct rows).
     """
-    block = check_int(block_size, "block_size", allow=("auto",))
-    budget = check_int(n_features, "n_features", allow=("auto",))
+    block = block_size if isinstance(block_size, str) else int(block_size)  # validated: an integer or "auto"
+    budget = n_features if isinstance(n_features, str) else int(n_features)
     default = NYSTROEM_BLOCK if kind == "nystroem" else FOURIER_BLOCK
     if budget == "auto":
         budget = min(4096, max(1024, 2 * n_samples))
@@ -100,6 +105,20 @@ def feature_blocks(n_samples: int, kind: str, n_features, block_size) -> tuple[i
     return block, budget // block
 
 
+def sections(features, coef: np.ndarray, budget: int) -> tuple:
+    """``(features, coef)`` of a fitted function of ``budget`` features.
+
+    Blocks the steps have not reached yet get zero coefficients, so the model has exactly
+    the budget; jointly whitened blocks become kernel sections and their coefficients
+    (the model then holds landmarks and coefficients only, not the ``M x M`` root).
+    """
+    if coef.shape[0] < budget:
+        coef = np.concatenate([coef, np.zeros((budget - coef.shape[0], coef.shape[1]))])
+    if isinstance(features, JointNystroemBlocks):
+        return features.sections(), features.fold(coef)
+    return features, coef
+
+
 class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
     """Base of the step-fitted estimators on one view (with a target) or two views.
 
@@ -114,8 +133,10 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
     #: Whether the rule works on centred statistics (the step scale is then set by the
     #: centred covariance of the first block).
     _centred = True
-    #: Whether ``eta_decay="auto"`` is allowed (resolved by :meth:`_eta_decay`).
-    _auto_decay = False
+    #: Whether the steps whiten several Nyström blocks together (:class:`JointNystroemBlocks`),
+    #: so that they penalise the kernel's own RKHS norm on the landmarks' span, as the
+    #: estimator's other solvers do.
+    _joint_steps = True
 
     def _curvature(self, lam: float) -> float:
         """The scale the step is normalised by, from the top eigenvalue ``lam`` of the first block."""
@@ -139,26 +160,36 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
         ``whole_budget``: ``k`` is bounded by the whole feature budget, not by one block
         (a solver that takes all the features at once, such as ``"rca"``).
         """
-        k = check_int(self.n_components, "n_components") if k is None else k
-        kind = check_choice(self.features, "features", ("nystroem", "fourier"))
+        k = int(self.n_components) if k is None else k
+        kind = self.features
         block, n_blocks = feature_blocks(n_samples, kind, self.n_features, self.block_size)
         if k > (block * n_blocks if whole_budget else block):
             bound = f"n_features={block * n_blocks}" if whole_budget else f"block_size={block} (the initial block)"
             raise ValueError(f"n_components={k} must be <= {bound}"
                              + (f"; Nyström blocks hold at most the {n_samples} rows" if kind == "nystroem" else ""))
-        batch = check_int(self.batch_size, "batch_size")
-        max_iter = check_int(self.max_iter, "max_iter", allow=("auto",))
-        if max_iter == "auto":
-            max_iter = max(500, min(10 * -(-n_samples // batch), 5000))
+        batch = int(self.batch_size)
+        max_iter = max(500, min(10 * -(-n_samples // batch), 5000)) if self.max_iter == "auto" else int(self.max_iter)
         return {
             "n_components": k, "features": kind, "block_size": block, "n_blocks": n_blocks, "batch_size": batch,
-            "max_iter": max_iter, "shuffle_chunks": check_int(self.shuffle_chunks, "shuffle_chunks"),
-            "n_partitions": check_int(self.n_partitions, "n_partitions"),
-            "eta0": check_float(self.eta0, "eta0"),
-            "eta_decay": self.eta_decay if self._auto_decay and self.eta_decay == "auto" else
-            check_float(self.eta_decay, "eta_decay", strict=False),
-            "center": True,
+            "max_iter": max_iter, "shuffle_chunks": int(self.shuffle_chunks), "n_partitions": int(self.n_partitions),
+            "eta0": float(self.eta0), "center": True,
+            "eta_decay": self.eta_decay if self.eta_decay == "auto" else float(self.eta_decay),
         }
+
+    def _steps_whitening(self, p: dict) -> str:
+        """``"joint"`` when the steps run on several Nyström blocks whitened together, else ``"block"``.
+
+        Raises ``ValueError`` for a budget beyond :data:`JOINT_STEPS_MAX_FEATURES`.
+        """
+        joint = (self._joint_steps and p.get("solver", "dsgd") == "dsgd" and p["features"] == "nystroem"
+                 and p["n_blocks"] > 1)
+        M = p["n_blocks"] * p["block_size"]
+        if joint and M > JOINT_STEPS_MAX_FEATURES:
+            raise ValueError(f"{type(self).__name__}(solver='dsgd') whitens its Nyström landmarks together (one "
+                             f"eigendecomposition of M x M) so that the steps minimise the objective of the other "
+                             f"solvers: at most {JOINT_STEPS_MAX_FEATURES} features in several blocks, got {M}; use "
+                             f"n_features <= {JOINT_STEPS_MAX_FEATURES}, a full-data solver or features='fourier'")
+        return "joint" if joint else "block"
 
     # -- inputs ----------------------------------------------------------------------------
     def _target(self, Y, first: bool, **options):
@@ -182,14 +213,14 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
 
     # -- fitting ---------------------------------------------------------------------------
     def _fit(self, X, Y, callback=None, **target):
-        view = self._validate_pair(X, Y, reset=True, **target)[2]
-        shape = (view.n_samples, self.n_features_in_, self.n_features_in_y_)
+        vx, vy, view = self._validate_pair(X, Y, reset=True, **target)
+        inputs = {"X": vx, self._second_name: vy}
         if self._by_passes():  # the pass driver's checkpoint: the seed now, the solver's state in its run
-            ckpt = self._pass_checkpoint(shape)
+            ckpt = self._pass_checkpoint(inputs)
             saved = ckpt.load() if ckpt is not None else None
             found = None if saved is None else (saved.seed, None)
         else:
-            ckpt, found = self._checkpointer(shape)
+            ckpt, found = self._checkpointer(inputs)
         with one_blas_thread():  # the same products, so the same model, on any machine and scheduler
             self._initialise(view, seed=None if found is None else found[0])
             if ckpt is not None:
@@ -232,14 +263,15 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
 
     def _initialise(self, view: DataView, seed: int | None = None) -> None:
         """Seed, sample, per-view kernels and feature blocks, the rule and the initial solve."""
-        p = self._params = self._check_params(view.n_samples)
+        p = self._check_params(view.n_samples)
+        p["whitening"] = self._steps_whitening(p)
+        self._params = p
         self.seed_ = self._seed(self.random_state) if seed is None else seed
         sample = sample_rows(view, N_SAMPLE, self.seed_)
         cols = self._columns()
         n_views = len(self._views)
         specs = self._view_kernels(sample)
-        dtype = check_choice(self.compute_dtype, "compute_dtype", ("float32", "float64"))
-        cache = None if self.cache_bytes is None else check_int(self.cache_bytes, "cache_bytes", 0)
+        dtype, cache = self.compute_dtype, self.cache_bytes
         m, J = p["block_size"], p["n_blocks"]
         rows = landmark_rows(view, J * m, self.seed_, shuffle=True) if p["features"] == "nystroem" else None
         features = []
@@ -252,6 +284,10 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
             else:
                 features.append(RandomFeatures(spec, xs.shape[1], m, view_seed(self.seed_, v), dtype, center=center,
                                                cache_bytes=cache))
+        if p["whitening"] == "joint":
+            # the same landmarks whitened together; each joint block has about the second
+            # moment of a block whitened on its own, so the step scale below holds
+            features = [JointNystroemBlocks.of(f) for f in features]
         self._features = tuple(features)
         z = [f.transform(sample[:N_INIT, cols[v]], 0, 1).astype(np.float64) for v, f in enumerate(self._features)]
         if self._centred:
@@ -261,6 +297,8 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
             raise ValueError("the data sample has no variance under this kernel; check the bandwidth")
         self._sample = sample
         coef = self._initial(z, sample[:N_INIT], p["n_components"])
+        if p["whitening"] == "joint":  # every joint block is fed from the first step: all start at once
+            coef = tuple(np.vstack([c, np.zeros((J * m - c.shape[0], c.shape[1]))]) for c in coef)
         self.state_ = StepState(coef, 0, p["eta0"] / self._curvature(lam))
         self._config = StepConfig(n_blocks=J, batch_size=p["batch_size"], eta_decay=self._eta_decay(lam))
         self._rule = self._make_rule(cols, self._guard_limit(lam, sample))
@@ -276,6 +314,13 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
                             self._view_param("kernel_params", v), sample[:, cols[v]],
                             what="bandwidth" + ("_" + "xy"[v] if n_views == 2 else ""))
                 for v in range(n_views)]
+
+    def _feature_sets(self) -> tuple:
+        f = self._features
+        if self._params.get("whitening") == "joint" and not isinstance(f[0], JointNystroemBlocks):
+            # a loaded model keeps its landmarks as kernel sections: whitened together again to continue
+            self._features = f = tuple(JointNystroemBlocks.of(fv) for fv in f)
+        return f
 
     def _sample_functions(self, sample: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """The raw functions of every set on the sample rows, centred, and their means."""
@@ -299,11 +344,16 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
         """Rotate the sets to the method's ordered components (on the sample), set offsets and models."""
         h, means = self._sample_functions(sample)
         rotations = self._final(h, self._norms(), sample)
+        budget = self._params["n_blocks"] * self._params["block_size"]
         models = []
         for i, view in enumerate(self._rule.set_views):
             # the offset is the sample mean of the rotated functions: the raw means, rotated
-            model = KernelExpansion(self._features[view], self.state_.coef[i] @ rotations[i],
-                                    means[i] @ rotations[i])
+            features, coef = sections(self._features[view], self.state_.coef[i] @ rotations[i], budget)
+            offset = means[i] @ rotations[i]
+            if features is not self._features[view]:
+                # kernel sections round otherwise than the joint blocks: centre on their own values
+                offset = KernelExpansion(features, coef).evaluate(self._rule.rows(sample, i)).mean(axis=0)
+            model = KernelExpansion(features, coef, offset)
             model.token = model_fingerprint(model)
             models.append(model)
         self.models_ = tuple(models)

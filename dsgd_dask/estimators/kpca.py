@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import asdict
+from numbers import Integral
+from typing import ClassVar
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from dsgd_dask._linalg import small_eigh
 from dsgd_dask._threads import one_blas_thread
-from dsgd_dask._validation import check_choice, check_float, check_int
 from dsgd_dask.engine.driver import Update, run_passes
 from dsgd_dask.engine.passes import PassTotals, covariance_request, covariance_times, row_chunks
+from dsgd_dask.engine.ridge import JointNystroemBlocks
 from dsgd_dask.engine.steps import StepConfig, StepState
+from dsgd_dask.estimators._atomic import atomic_fit
+from dsgd_dask.estimators._constraints import AUTO, COUNT, KERNEL, NON_NEGATIVE, STEPS, solver_constraint
 from dsgd_dask.estimators._solvers import Clock, check_partial_fit, check_solver, record, renamed
 from dsgd_dask.estimators._steps import (
     StepEstimatorMixin,
@@ -22,6 +27,7 @@ from dsgd_dask.estimators._steps import (
     model_fingerprint,
     register,
 )
+from dsgd_dask.estimators.components import JOINT_STEPS_MAX_FEATURES, sections
 from dsgd_dask.features.nystroem import NystroemFeatures
 from dsgd_dask.features.whitening import JointWhitening
 from dsgd_dask.model.expansion import KernelExpansion
@@ -169,9 +175,13 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
         flops and ``8 M^2`` bytes during the fit) or each block on its own (``"block"``:
         ``m^3`` flops and ``8 M m`` bytes per block; its representation is about as
         accurate as one block's, whatever ``M``; subspace and dsgd solvers only).
-        ``"auto"``: joint for the subspace solver with several blocks and at most 32,768
-        features, block for the dsgd solver (and in :meth:`partial_fit`); the rca and
-        exact solvers always whiten jointly.
+        ``"auto"``: joint with several blocks (for the subspace solver up to 32,768
+        features, for dsgd and in :meth:`partial_fit` up to 8,192, beyond which dsgd asks
+        for ``"block"`` or fewer features), so that every solver computes the components of
+        the Nyström kernel of all the landmarks; the rca and exact solvers always whiten
+        jointly. With dsgd, ``"joint"`` splits the jointly whitened landmarks into blocks
+        (one ``M x M`` eigendecomposition per fit; a step evaluates the sections of all
+        the landmarks).
     solver : {"auto", "subspace", "dsgd", "rca", "exact"}, default="auto"
         How the components are computed (see above). ``"auto"`` runs ``"subspace"`` in
         :meth:`fit`, whatever the size of the input (its passes reach the model of the
@@ -184,7 +194,9 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
         ``min(4096, max(1024, 2 n))`` for dsgd (in whole blocks; Nyström: at most the
         rows). With dsgd, features grow by one block per step until the budget is
         reached; later steps revisit the blocks in turn. ``"exact"`` ignores it: every
-        training row is a landmark.
+        training row is a landmark. An integer from 1 to ``2**24`` (16,777,216 features,
+        128 MiB of float64 coefficients per component): a larger budget, or one that is
+        not an integer (``1e10``), is refused before any data are read, naming the range.
     block_size : int or "auto", default="auto"
         Features per block ``m``. ``"auto"``: Nyström blocks with the subspace solver
         take the budget in as few equal blocks of at most 4096 as divide it (whitened
@@ -245,17 +257,19 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
         Precision of the features; coefficients and statistics accumulate in float64.
         The rca solver with Nyström features and the exact solver evaluate the kernel
         in float64 (their whitening keeps directions float32 does not resolve).
-    cache_bytes : int, optional
-        Memory budget for cached feature blocks; ``None`` uses a quarter of the free
-        memory (at most 4 GiB), 0 regenerates every block at every use.
+    cache_bytes : int >= 0, optional
+        Memory budget for cached feature blocks, in bytes; ``None`` uses a quarter of the
+        free memory (at most 4 GiB), 0 regenerates every block at every use.
     checkpoint : str, os.PathLike or file:// URL, optional
         Zarr group, on a local filesystem, where :meth:`fit` saves its state after every
         pass and sampled stage (subspace solver, on the pass driver) or every
         ``checkpoint_every`` steps (dsgd) (atomically: a crash never leaves a checkpoint
         that loads wrong). When it exists at the start of :meth:`fit`, the fit resumes
         from it and ends with the same model, bit for bit, as an uninterrupted run; a
-        checkpoint of another fit (other parameters or data shape) is refused. Not used
-        by the rca and exact solvers (one pass or one solve).
+        checkpoint of another fit (other parameters, or other data: shape, dtype, row
+        chunks or the values of sampled rows) is refused. Not used by the rca and exact
+        solvers (one pass or one solve). :meth:`partial_fit` refuses it (a
+        ``ValueError``): the state of a stream is the estimator, saved by :meth:`save`.
     checkpoint_every : int, default=100
         dsgd: steps between checkpoints (written at the end of the chunk task that
         crosses them).
@@ -383,6 +397,12 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
     True
     """
 
+    _parameter_constraints: ClassVar[dict] = {
+        "n_components": COUNT, **KERNEL, **STEPS, **solver_constraint("KernelPCA"),
+        "whitening": [StrOptions({"auto", "joint", "block"})],
+        "n_oversamples": [Interval(Integral, 0, None, closed="left"), AUTO], "tol": NON_NEGATIVE,
+        "init": [StrOptions({"rca", "random"})], "center": ["boolean"], "ordered": ["boolean"]}
+
     def __init__(self, n_components=5, *, kernel="gaussian", bandwidth="median", kernel_params=None,
                  features="nystroem", whitening="auto", solver="auto", n_features="auto",
                  block_size="auto", n_oversamples="auto", tol=1e-4, batch_size=256, max_iter="auto", shuffle_chunks=1,
@@ -417,6 +437,8 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
         self.random_state = random_state
 
     # -- fitting -----------------------------------------------------------------------
+    @_fit_context(prefer_skip_nested_validation=True)
+    @atomic_fit
     def fit(self, X, y=None, *, callback=None):
         """Fit the components on ``X`` with the solver ``solver`` (``"auto"``: the subspace solver).
 
@@ -453,7 +475,7 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
 
     def _fit_steps(self, view, callback=None) -> None:
         """``solver="dsgd"``: ``max_iter`` doubly stochastic steps (resumed from a checkpoint of them)."""
-        ckpt, found = self._checkpointer((view.n_samples, view.n_features))
+        ckpt, found = self._checkpointer({"X": view})
         seed = None
         if found is not None:
             seed, resumed = found
@@ -468,6 +490,8 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
         self._finalise(self._sample)
         del self._sample, self._clock
 
+    @_fit_context(prefer_skip_nested_validation=True)
+    @atomic_fit
     def partial_fit(self, X, y=None):
         """Take doubly stochastic steps (``solver="dsgd"``) over ``X``, as one more batch of a stream.
 
@@ -476,8 +500,7 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
         solve on ``X``). The centring offset, the ordering of the components and
         ``eigenvalues_`` are recomputed on a sample of ``X`` after each call. With
         ``solver="auto"`` or ``"dsgd"`` only (the other solvers need all the data at
-        once: a ``ValueError``), and only on a model fitted by steps; ``whitening="auto"``
-        whitens the Nyström blocks each on its own, as steps need (``"joint"`` is refused).
+        once: a ``ValueError``), and only on a model fitted by steps.
 
         Parameters
         ----------
@@ -512,31 +535,35 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
 
     def _solver_name(self) -> str:
         """``solver`` checked against the table (with ``features``); ``"auto"`` left as is."""
-        return check_solver(self, check_choice(self.features, "features", ("nystroem", "fourier")))
+        return check_solver(self, self.features)
 
     def _check_params(self, n_samples: int, stream: bool = False) -> dict:
         """The parameters validated and resolved for ``n_samples`` rows (``stream``: for :meth:`partial_fit`)."""
-        k = check_int(self.n_components, "n_components")
-        kind = check_choice(self.features, "features", ("nystroem", "fourier"))
+        k, kind = int(self.n_components), self.features
         solver = check_solver(self, kind)
         if stream:
             solver = "dsgd"
         elif solver == "auto":
             solver = AUTO_SOLVER
         n_blocks, block = self._check_budget(solver, kind, k, n_samples)
-        whitening = check_choice(self.whitening, "whitening", ("auto", "joint", "block"))
-        if whitening == "joint" and (kind != "nystroem" or solver == "dsgd"):
-            raise ValueError(f'whitening="joint" needs features="nystroem" and a full-data solver ("subspace", '
-                             f'"rca" or "exact"), got features={kind!r}, solver={solver!r}')
+        whitening = self.whitening
+        if whitening == "joint" and kind != "nystroem":
+            raise ValueError(f'whitening="joint" needs features="nystroem", got features={kind!r}')
         if solver in ONE_SHOT:
             if whitening == "block":
                 raise ValueError(f'solver={solver!r} whitens all the landmarks together: whitening="block" is for '
                                  'the "subspace" and "dsgd" solvers')
             whitening = "joint" if kind == "nystroem" else "block"
         elif whitening == "auto":
-            joint = solver == "subspace" and kind == "nystroem" and n_blocks > 1 \
-                and n_blocks * block <= JOINT_MAX_FEATURES
+            limit = JOINT_STEPS_MAX_FEATURES if solver == "dsgd" else JOINT_MAX_FEATURES
+            joint = kind == "nystroem" and n_blocks > 1 and (solver == "dsgd" or n_blocks * block <= limit)
             whitening = "joint" if joint else "block"
+        M = n_blocks * block
+        if solver == "dsgd" and whitening == "joint" and n_blocks > 1 and M > JOINT_STEPS_MAX_FEATURES:
+            raise ValueError(f"KernelPCA(solver='dsgd') whitens several Nyström blocks together (one "
+                             f"eigendecomposition of M x M): at most {JOINT_STEPS_MAX_FEATURES} features, got {M}; use "
+                             f"n_features <= {JOINT_STEPS_MAX_FEATURES}, solver='subspace', features='fourier', or "
+                             "whitening='block' (each block whitened on its own: another, coarser kernel)")
         if solver == "exact":
             from dsgd_dask.baselines._dense import check_dense_size
 
@@ -548,12 +575,9 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
                              + (f" (Nyström features: at most the {n_samples} rows)" if kind == "nystroem" else ""))
         if solver == "dsgd" and k > block:
             raise ValueError(f"n_components={k} must be <= block_size={block} (the initial block)")
-        oversamples = check_int(self.n_oversamples, "n_oversamples", 0, allow=("auto",))
-        if oversamples == "auto":
-            oversamples = k + 10
-        tol = check_float(self.tol, "tol", strict=False)
-        max_iter = check_int(self.max_iter, "max_iter", allow=("auto",))
-        batch = check_int(self.batch_size, "batch_size")
+        oversamples = k + 10 if self.n_oversamples == "auto" else int(self.n_oversamples)
+        max_iter = self.max_iter if self.max_iter == "auto" else int(self.max_iter)
+        batch = int(self.batch_size)
         if max_iter == "auto":
             if solver == "subspace":
                 max_iter = SUBSPACE_MAX_PASSES
@@ -570,22 +594,22 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
             "n_blocks": n_blocks,
             "whitening": whitening,
             "n_oversamples": oversamples,
-            "tol": tol,
+            "tol": float(self.tol),
             "batch_size": batch,
             "max_iter": max_iter,
-            "shuffle_chunks": check_int(self.shuffle_chunks, "shuffle_chunks"),
-            "n_partitions": check_int(self.n_partitions, "n_partitions"),
-            "eta0": check_float(self.eta0, "eta0"),
-            "eta_decay": check_float(self.eta_decay, "eta_decay", strict=False),
-            "init": check_choice(self.init, "init", ("rca", "random")),
-            "center": bool(check_choice(self.center, "center", (True, False))),
-            "ordered": bool(check_choice(self.ordered, "ordered", (True, False))),
+            "shuffle_chunks": int(self.shuffle_chunks),
+            "n_partitions": int(self.n_partitions),
+            "eta0": float(self.eta0),
+            "eta_decay": float(self.eta_decay),
+            "init": self.init,
+            "center": bool(self.center),
+            "ordered": bool(self.ordered),
         }
 
     def _check_budget(self, solver: str, kind: str, k: int, n_samples: int) -> tuple[int, int]:
         """``(n_blocks, block_size)`` of the feature budget: exactly ``n_features`` when it is an integer."""
-        block = check_int(self.block_size, "block_size", allow=("auto",))
-        budget = check_int(self.n_features, "n_features", allow=("auto",))
+        block = self.block_size if self.block_size == "auto" else int(self.block_size)
+        budget = self.n_features if self.n_features == "auto" else int(self.n_features)
         if solver == "exact":  # every training row a landmark, one set whitened together
             return 1, n_samples
         if kind == "fourier":
@@ -633,18 +657,20 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
         sample = sample_rows(view, N_SAMPLE, self.seed_)
         spec = self._kernel_spec(sample)
         if p["features"] == "nystroem":
-            dtype = check_choice(self.compute_dtype, "compute_dtype", ("float32", "float64"))
+            dtype = self.compute_dtype
             rows = landmark_rows(view, p["n_blocks"] * p["block_size"], self.seed_, shuffle=True)
             center = sample.mean(axis=0, dtype=np.float64) if spec.shift_invariant else None
             joint = p["whitening"] == "joint"
             features = NystroemFeatures(spec, rows, p["block_size"], self.seed_, dtype, center=center,
                                         whiten=not joint)
+            if joint and p["solver"] == "dsgd":  # the steps' blocks: the landmarks whitened together, split
+                features, joint = JointNystroemBlocks.of(features), False
         else:
             joint = False
             features = self._make_features(spec, sample, self.seed_, p["block_size"])
         # the joint whitening's factor (M x M) stays with the fit, never with the model
         self._whitening = JointWhitening(features) if joint else None
-        # blocks whitened each on its own sum n_blocks approximations of the kernel
+        # blocks whitened each on its own (or the steps' joint blocks) sum n_blocks approximations of the kernel
         self._copies = 1 if joint else p["n_blocks"]
         self._features = features
         self._sample = sample
@@ -667,6 +693,8 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
         else:
             rng = np.random.default_rng(self.seed_)
             coef = rng.standard_normal((features.block_size, k)) * 1e-3
+        if isinstance(features, JointNystroemBlocks):  # every joint block is fed from the first step
+            coef = np.vstack([coef, np.zeros((features.max_blocks * features.block_size - coef.shape[0], k))])
         self.state_ = StepState(coef, 0, p["eta0"] / lam)
         self._config = StepConfig(n_blocks=p["n_blocks"], batch_size=p["batch_size"], eta_decay=p["eta_decay"])
         self._rule = pca_rule(p["ordered"], p["center"], GUARD_FACTOR * lam)
@@ -713,7 +741,7 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
     # -- the subspace solver -----------------------------------------------------------------
     def _fit_subspace(self, view, callback=None) -> None:
         """``solver="subspace"`` on the pass driver: a warm start, sampled stages, then full passes (resumable)."""
-        ckpt = self._pass_checkpoint((view.n_samples, view.n_features))
+        ckpt = self._pass_checkpoint({"X": view})
         saved = ckpt.load() if ckpt is not None else None
         clock = Clock()
         self._initialise(view, seed=None if saved is None else saved.seed)
@@ -777,12 +805,25 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
         signs = np.sign(hr[np.abs(hr).argmax(axis=0), np.arange(hr.shape[1])])
         signs[signs == 0] = 1.0
         rot = rot * signs
-        coef = self.state_.coef[0] @ rot
-        self.model_ = KernelExpansion(self._features, coef, mean @ rot)
+        budget = self._params["n_blocks"] * self._params["block_size"]
+        features, coef = sections(self._features, self.state_.coef[0] @ rot, budget)
+        offset = mean @ rot
+        if features is not self._features and self._params["center"]:
+            # kernel sections round otherwise than the joint blocks: centre on their own values
+            offset = KernelExpansion(features, coef).evaluate(sample).mean(axis=0)
+        self.model_ = KernelExpansion(features, coef, offset)
         self.model_.token = model_fingerprint(self.model_)
         self.eigenvalues_ = np.einsum("ij,jk,ki->i", rot.T, cov, rot)
         self.n_features_ = coef.shape[0]
         self._n_features_out = coef.shape[1]
+
+    def _feature_sets(self) -> tuple:
+        f = self._features
+        joint = self._params.get("whitening") == "joint" and self.solver_ == "dsgd"
+        if joint and not isinstance(f, JointNystroemBlocks):
+            # a loaded model keeps its landmarks as kernel sections: whitened together again to continue
+            self._features = f = JointNystroemBlocks.of(f)
+        return (f,)
 
     # -- transforming ------------------------------------------------------------------
     def transform(self, X):

@@ -11,29 +11,34 @@ three minimising the same objective.
 
 from __future__ import annotations
 
+import numbers
 import warnings
 from dataclasses import dataclass
 from functools import partial
+from typing import ClassVar
 
+import dask
 import dask.array as da
 import numpy as np
 from scipy.linalg import LinAlgWarning, cho_factor, cho_solve, lstsq
 from scipy.special import expit, softmax
-from sklearn.base import ClassifierMixin, RegressorMixin
+from sklearn.base import ClassifierMixin, RegressorMixin, _fit_context
 from sklearn.exceptions import DataConversionWarning
+from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.multiclass import type_of_target
 from sklearn.utils.validation import check_is_fitted
 
 from dsgd_dask._threads import one_blas_thread
-from dsgd_dask._validation import check_choice, check_float, check_int
 from dsgd_dask.baselines._dense import MAX_SAMPLES, materialise
 from dsgd_dask.engine.driver import run_passes
-from dsgd_dask.engine.ridge import CGSolver, JointNystroemBlocks, precision_ridge
+from dsgd_dask.engine.ridge import CGSolver, precision_ridge
 from dsgd_dask.engine.steps import StepConfig, StepState
+from dsgd_dask.estimators._atomic import atomic_fit
 from dsgd_dask.estimators._base import kernel_spec
+from dsgd_dask.estimators._constraints import AUTO, KERNEL, NON_NEGATIVE, STEPS, solver_constraint
 from dsgd_dask.estimators._solvers import Clock, check_partial_fit, check_solver, record
 from dsgd_dask.estimators._steps import model_fingerprint, register
-from dsgd_dask.estimators.components import N_SAMPLE, ComponentStepEstimator
+from dsgd_dask.estimators.components import JOINT_STEPS_MAX_FEATURES, N_SAMPLE, ComponentStepEstimator, sections
 from dsgd_dask.features.kernels import kernel_matrix
 from dsgd_dask.features.nystroem import NystroemFeatures
 from dsgd_dask.model.expansion import KernelExpansion
@@ -55,10 +60,6 @@ EXACT_MAX_SAMPLES = MAX_SAMPLES
 #: features of more than one block and at most this many features (its Cholesky factor is
 #: ``M^2`` float64: 2 GiB at 16384 features, 8 GiB at 32768).
 LANDMARK_MAX_FEATURES = 32768
-#: ``KernelRidge(solver="dsgd")`` whitens several Nyström blocks together: at most this many
-#: landmarks (one eigendecomposition of ``M x M``: about a minute on two cores, ``3 M^2``
-#: float64 of memory while it runs, 1.5 GiB at the limit).
-JOINT_STEPS_MAX_FEATURES = 8192
 #: Rows of the sample whose raw features' mean shifts the passes' sums (float32 accuracy).
 N_SHIFT = 2000
 #: ``eta_decay="auto"`` without a regulariser (no strong convexity): the schedule of the component rules.
@@ -108,7 +109,8 @@ _MACHINE_PARAMS = """\
         refused with a ``ValueError`` naming valid values. ``"auto"``:
         ``min(4096, max(1024, 2 n))`` in whole blocks (Nyström: at most the ``n`` rows).
         The steps add one block per step, then revisit the blocks in turn; blocks not yet
-        reached when the steps stop are in the model at zero.
+        reached when the steps stop are in the model at zero. At most ``2**24``, as for
+        :class:`~dsgd_dask.KernelPCA`.
     block_size : int or "auto", default="auto"
         1024 for Nyström blocks, 256 for Fourier blocks; with an integer ``n_features``,
         the fewest equal blocks of half that size to that size.
@@ -160,13 +162,14 @@ class _KernelMachine(ComponentStepEstimator):
     _views = ("X",)
     _y_is_target = True
     _centred = False
-    _auto_decay = True
     _loss = "squared"
     #: Bound of the loss's second derivative (squared 1, logistic 1/4, softmax 1/2, hinge: none, 1).
     _loss_curvature = 1.0
-    #: Whether the steps whiten Nyström landmarks jointly (:class:`JointNystroemBlocks`), so that
-    #: they penalise the kernel's own RKHS norm on the landmarks' span as the other solvers do.
+    #: The classifiers have no other solver: their steps whiten each Nyström block on its own
+    #: and penalise the norm under the blocks' average kernel (of ``J`` Nyström kernels).
     _joint_steps = False
+    _parameter_constraints: ClassVar[dict] = {**STEPS, **KERNEL, "alpha": NON_NEGATIVE,
+                                              "eta_decay": [*NON_NEGATIVE, AUTO]}
 
     def __init__(self, alpha=1e-4, *, solver="auto", kernel="gaussian", bandwidth="median", kernel_params=None,
                  features="nystroem", n_features="auto", block_size="auto", batch_size=256, max_iter="auto",
@@ -202,16 +205,10 @@ class _KernelMachine(ComponentStepEstimator):
     def _check_params(self, n_samples: int) -> dict:
         solver = self._solver()
         p = self._check_common(n_samples, k=self._n_outputs)
-        p["alpha"] = check_float(self.alpha, "alpha", strict=False)
-        joint = self._joint_steps and solver == "dsgd" and p["features"] == "nystroem" and p["n_blocks"] > 1
-        M = p["n_blocks"] * p["block_size"]
-        if joint and M > JOINT_STEPS_MAX_FEATURES:
-            raise ValueError(f"{type(self).__name__}(solver='dsgd') whitens its Nyström landmarks together (one "
-                             f"eigendecomposition of M x M) so that the steps minimise the objective of the other "
-                             f"solvers: at most {JOINT_STEPS_MAX_FEATURES} features in several blocks, got {M}; use "
-                             f"n_features <= {JOINT_STEPS_MAX_FEATURES}, solver='cg' (the same objective by full-data "
-                             "passes) or features='fourier'")
-        return {**p, "solver": solver, "whitening": "joint" if joint else "block"}
+        p["alpha"] = float(self.alpha)
+        p["solver"] = solver
+        p["whitening"] = self._steps_whitening(p)
+        return p
 
     def _eta_decay(self, lam: float) -> float:
         # eta_t = theta_0 / (L (1 + theta_1 t)) with theta_1 = theta_0 nu / L is 1 / (nu (t + t_0)):
@@ -232,34 +229,11 @@ class _KernelMachine(ComponentStepEstimator):
         return MachineRule(columns, guard_limit, self._loss, self._params["alpha"], self._encoder())
 
     def _initial(self, z, sample, k):
-        p = self._params
-        # jointly whitened blocks are all fed from the first step (each needs the sections of every
-        # landmark); blocks of their own are added one per step after the first
-        rows = p["n_blocks"] * p["block_size"] if p.get("whitening") == "joint" else z[0].shape[1]
-        return (np.zeros((rows, k)),)
-
-    def _initialise(self, view, seed: int | None = None) -> None:
-        super()._initialise(view, seed)
-        if self._params.get("whitening") == "joint":
-            # the same landmarks, whitened together; the step scale of the blocks whitened on
-            # their own holds (each joint block has about the second moment of one of them)
-            self._features = (JointNystroemBlocks.of(self._features[0]),)
-
-    def _feature_sets(self) -> tuple:
-        f = self._features
-        if self._params.get("whitening") == "joint" and not isinstance(f[0], JointNystroemBlocks):
-            # a loaded model keeps its landmarks as kernel sections: whitened together again to continue
-            self._features = f = (JointNystroemBlocks.of(f[0]),)
-        return f
+        return (np.zeros((z[0].shape[1], k)),)
 
     def _finish(self, sample: np.ndarray) -> None:
-        features, coef = self._features[0], self.state_.coef[0]
-        if isinstance(features, JointNystroemBlocks):
-            # the fitted function on the kernel sections: the model holds landmarks and coefficients only
-            features, coef = features.sections(), features.fold(coef)
-        budget = self._params["n_blocks"] * self._params["block_size"]
-        if coef.shape[0] < budget:  # fewer steps than blocks: the blocks not yet reached, at zero
-            coef = np.concatenate([coef, np.zeros((budget - coef.shape[0], coef.shape[1]))])
+        features, coef = sections(self._features[0], self.state_.coef[0],
+                                  self._params["n_blocks"] * self._params["block_size"])
         model = KernelExpansion(features, coef)
         model.token = model_fingerprint(model)
         self.models_ = (model,)
@@ -271,6 +245,8 @@ class _KernelMachine(ComponentStepEstimator):
         return self.models_[0]
 
     # -- fitting ---------------------------------------------------------------------------
+    @_fit_context(prefer_skip_nested_validation=True)
+    @atomic_fit
     def fit(self, X, y, *, callback=None):
         """Fit the machine by doubly stochastic steps over the rows of ``(X, y)``.
 
@@ -300,10 +276,12 @@ class _KernelMachine(ComponentStepEstimator):
         values = _target_values(y)
         if values.dtype.kind == "c":
             raise ValueError(f"Complex data not supported: y has dtype {values.dtype}")
-        if values.dtype.kind == "O" and not isinstance(values, da.Array):
-            values = numeric_array(values, "y") if self._numeric_target else values.astype(str)
+        if self._numeric_target and values.dtype.kind == "O" and not isinstance(values, da.Array):
+            values = numeric_array(values, "y")
         return values
 
+    @_fit_context(prefer_skip_nested_validation=True)
+    @atomic_fit
     def partial_fit(self, X, y, classes=None):
         """Doubly stochastic steps over ``(X, y)`` as the next batch of a stream (the first call initialises).
 
@@ -368,6 +346,92 @@ def _target_values(y):
     if _is_zarr_array(y):
         y = da.from_zarr(y)
     return y if isinstance(y, da.Array) else np.asarray(y)
+
+
+def class_labels(values, what: str = "y"):
+    """Class labels checked, and numbers or strings whatever the array's dtype.
+
+    Labels are numbers or strings, as scikit-learn's classifiers take them: an object
+    array of numbers becomes an array of their common numeric type (object ``0``/``1``
+    are the integers ``0`` and ``1``, never the strings ``"0"`` and ``"1"``), an object
+    array of strings a string array.
+
+    Parameters
+    ----------
+    values : ndarray or dask array of shape (n,)
+        The labels. A dask array stays lazy; its distinct labels are computed (one pass).
+    what : str, default="y"
+        The labels' name in messages.
+
+    Returns
+    -------
+    values : ndarray or dask array of shape (n,)
+        The labels with a numeric or string dtype.
+    seen : ndarray
+        Their distinct values, sorted.
+
+    Raises
+    ------
+    ValueError
+        For missing labels (``None``, NaN, infinity), a mix of numbers and strings, or
+        labels that are neither.
+    """
+    lazy = isinstance(values, da.Array)
+    if values.dtype.kind == "O":
+        if lazy:
+            parts = dask.compute(*[dask.delayed(_distinct)(b) for b in values.to_delayed().ravel()])
+            distinct = set().union(*parts)
+        else:
+            distinct = _distinct(values)
+        dtype = _label_dtype(distinct, what)
+        values = values.astype(dtype)
+        seen = np.unique(np.array(list(distinct), dtype=dtype))
+    else:
+        seen = np.unique(da.unique(values).compute() if lazy else values)
+    if seen.dtype.kind in "fc" and not np.isfinite(seen).all():
+        raise ValueError(f"{what} contains NaN or infinity; every row needs a class label")
+    return values, seen
+
+
+def _distinct(block) -> set:
+    return set(np.asarray(block).ravel().tolist())
+
+
+def _label_dtype(distinct: set, what: str) -> np.dtype:
+    """The numeric or string dtype of a set of labels from an object array; missing or mixed labels refused."""
+    reals, strings, others = [], [], []
+    for v in distinct:
+        if isinstance(v, str):
+            strings.append(v)
+        elif isinstance(v, numbers.Real):
+            reals.append(v)
+        else:
+            others.append(v)
+    missing = [v for v in reals if v != v] + [v for v in others if v is None or repr(v) in ("<NA>", "NaT")]
+    if missing:
+        advice = ("every row needs a class label: drop the rows without one or fill them in" if what == "y" else
+                  "pass the class labels alone")
+        raise ValueError(f"{what} contains missing labels ({missing[0]!r}); {advice}")
+    if others:
+        raise ValueError(f"{what} contains {others[0]!r} of type {type(others[0]).__name__}; class labels are "
+                         "numbers or strings")
+    if reals and strings:
+        raise ValueError(f"{what} mixes numbers and strings (e.g. {reals[0]!r} and {strings[0]!r}); class labels "
+                         "are all numbers or all strings: convert them first, e.g. y.astype(str)")
+    dtype = np.array(strings or reals).dtype
+    if not strings and dtype.kind not in "biuf":
+        raise ValueError(f"{what} has labels that fit no numeric type (e.g. {max(reals)!r}); use numbers of at "
+                         "most 64 bits or strings")
+    return dtype
+
+
+def _same_kind(seen: np.ndarray, classes: np.ndarray, what: str) -> None:
+    """Refuse labels of ``y`` that are strings where ``classes`` are numbers, or the other way round."""
+    numeric = seen.dtype.kind in "biuf"
+    if len(seen) and numeric != (classes.dtype.kind in "biuf"):
+        raise ValueError(f"y has {'numeric' if numeric else 'string'} labels but {what} "
+                         f"{classes.tolist()} {'are not numbers' if numeric else 'are numbers'}; use labels of "
+                         "one kind")
 
 
 @register
@@ -504,6 +568,9 @@ class KernelRidge(RegressorMixin, _KernelMachine):
 
     _numeric_target = True
     _joint_steps = True
+    _parameter_constraints: ClassVar[dict] = {
+        **_KernelMachine._parameter_constraints, **solver_constraint("KernelRidge"), "tol": NON_NEGATIVE,
+        "preconditioner": [StrOptions({"auto", "block", "landmarks"})]}
 
     def __init__(self, alpha=1e-4, *, solver="auto", tol=1e-6, preconditioner="auto", kernel="gaussian",
                  bandwidth="median", kernel_params=None, features="nystroem", n_features="auto", block_size="auto",
@@ -520,13 +587,12 @@ class KernelRidge(RegressorMixin, _KernelMachine):
         self.preconditioner = preconditioner
 
     def _check_params(self, n_samples: int) -> dict:
-        tol = check_float(self.tol, "tol", strict=False)
-        pre = check_choice(self.preconditioner, "preconditioner", ("auto", "block", "landmarks"))
+        tol, pre = float(self.tol), self.preconditioner
         if self._solver() == "exact":
             # every training row a landmark, in one block: the budget and the steps' parameters do not apply
-            return {"solver": "exact", "alpha": check_float(self.alpha, "alpha", strict=False), "tol": tol,
+            return {"solver": "exact", "alpha": float(self.alpha), "tol": tol,
                     "features": "nystroem", "block_size": n_samples, "n_blocks": 1, "max_iter": 1,
-                    "batch_size": check_int(self.batch_size, "batch_size"), "whitening": "block",
+                    "batch_size": int(self.batch_size), "whitening": "block",
                     "preconditioner": pre}
         p = super()._check_params(n_samples)
         if pre == "landmarks" and p["features"] != "nystroem":
@@ -540,6 +606,8 @@ class KernelRidge(RegressorMixin, _KernelMachine):
             p["max_iter"] = CG_MAX_PASSES
         return {**p, "tol": tol, "preconditioner": pre}
 
+    @_fit_context(prefer_skip_nested_validation=True)
+    @atomic_fit
     def fit(self, X, y, *, callback=None):
         """Fit the ridge by steps (``"dsgd"``), full-data passes (``"cg"``) or the dense solve (``"exact"``).
 
@@ -699,20 +767,23 @@ class _KernelClassifier(ClassifierMixin, _KernelMachine):
             values = values[:, 0]
         if values.ndim != 1:
             raise ValueError(f"y must be 1-D class labels, got shape {values.shape}")
-        seen = np.unique(da.unique(values).compute() if isinstance(values, da.Array) else values)
-        if values.dtype.kind == "f" and not np.isfinite(seen).all():
-            raise ValueError("y contains NaN or infinity; every row needs a class label")
+        values, seen = class_labels(values, "y")
         if first:
-            given = np.unique(np.asarray(classes)) if classes is not None else seen
-            kind = type_of_target(seen if isinstance(values, da.Array) else values)
-            if kind not in ("binary", "multiclass"):
-                raise ValueError(f"Unknown label type: {kind}; {type(self).__name__} needs class labels "
-                                 "(use KernelRidge for a continuous target)")
+            given = seen
+            if classes is not None:
+                given = class_labels(np.asarray(classes).reshape(-1), "classes")[1]
+                _same_kind(seen, given, "classes")
+            for labels in (seen, given):
+                kind = type_of_target(labels)
+                if kind not in ("binary", "multiclass"):
+                    raise ValueError(f"Unknown label type: {kind}; {type(self).__name__} needs class labels "
+                                     "(use KernelRidge for a continuous target)")
             if len(given) < 2:
                 raise ValueError(f"{type(self).__name__} needs samples of at least 2 classes in the data, "
                                  f"but the data contain only one class: {given[0]!r}")
             self.classes_ = given
             self._n_outputs = self._outputs(len(given))
+        _same_kind(seen, self.classes_, "classes_")
         unseen = np.setdiff1d(seen, self.classes_)
         if len(unseen):
             raise ValueError(f"y contains classes {unseen.tolist()} not in classes_ {self.classes_.tolist()}")
@@ -756,6 +827,26 @@ class _KernelClassifier(ClassifierMixin, _KernelMachine):
             return out
         sample_only = scores.isel({scores.dims[1]: 0}, drop=True) if scores.ndim == 2 else scores
         return sample_only.copy(data=out)
+
+    def score(self, X, y, sample_weight=None):
+        """Mean accuracy of :meth:`predict` on ``X`` against ``y``.
+
+        Parameters
+        ----------
+        X : as for :meth:`fit`
+        y : array-like of shape (n_samples,)
+            The true labels, as :meth:`fit` takes them: an object array of numbers
+            compares as numbers.
+        sample_weight : array-like of shape (n_samples,), optional
+
+        Returns
+        -------
+        float
+        """
+        values = _target_values(y)
+        if values.dtype.kind == "O" and values.ndim == 1 and not isinstance(values, da.Array):
+            y = class_labels(values, "y")[0]
+        return super().score(X, y, sample_weight=sample_weight)
 
     def _values_payload(self) -> dict:
         # numbers as an array; other labels (strings) in the attributes, as JSON: Zarr v3 has
@@ -815,6 +906,8 @@ class KernelSVC(_KernelClassifier):
     """
 
     _loss = "hinge"
+    _parameter_constraints: ClassVar[dict] = {**_KernelMachine._parameter_constraints,
+                                              **solver_constraint("KernelSVC")}
 
 
 @register
@@ -852,6 +945,9 @@ class KernelLogisticRegression(_KernelClassifier):
     >>> clf.predict_proba(X[:2]).shape
     (2, 2)
     """
+
+    _parameter_constraints: ClassVar[dict] = {**_KernelMachine._parameter_constraints,
+                                              **solver_constraint("KernelLogisticRegression")}
 
     @property
     def _loss(self):

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from numbers import Integral
+from typing import ClassVar
 
 import numpy as np
-from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context
+from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
 
-from dsgd_dask._validation import check_choice, check_float, check_int
 from dsgd_dask.baselines._moments import FourierMap, NystroemMap
 from dsgd_dask.baselines.exact_two_view import check_two_view_size, exact_sir, materialise_pair
 from dsgd_dask.baselines.rca import SHIFT_ROWS, sections
 from dsgd_dask.engine.rca import rca_moments
+from dsgd_dask.estimators._atomic import atomic_fit
+from dsgd_dask.estimators._constraints import COUNT, KERNEL, POSITIVE, STEPS, solver_constraint
 from dsgd_dask.estimators._solvers import Clock, check_partial_fit, check_solver, record
 from dsgd_dask.estimators._steps import model_fingerprint, register
 from dsgd_dask.estimators.components import N_SAMPLE, ComponentStepEstimator
@@ -115,7 +119,8 @@ class KernelSIR(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ComponentStep
         Feature budget, met exactly (an integer that is not a multiple of the block size,
         or more landmarks than rows, is a ``ValueError`` naming valid values); ``"auto"``:
         ``min(4096, max(1024, 2 n))`` in whole blocks (Nyström: at most the rows).
-        ``"dsgd"`` grows it by one block per step; ``"exact"`` ignores it.
+        ``"dsgd"`` grows it by one block per step; ``"exact"`` ignores it. At most
+        ``2**24``, as for :class:`~dsgd_dask.KernelPCA`.
     block_size : int or "auto", default="auto"
         Features per block (``"auto"``: blocks of at most 1024 Nyström landmarks or 256
         Fourier features, splitting an integer budget evenly).
@@ -130,8 +135,8 @@ class KernelSIR(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ComponentStep
         ``"exact"`` ignore ``checkpoint``).
     verbose : bool, default=False
         Show a progress bar of the steps (``"dsgd"``) or of the one pass (``"rca"``).
-    cache_bytes : int, optional
-        Budget for regenerated Fourier pages (``"dsgd"``, ``"rca"``).
+    cache_bytes : int >= 0, optional
+        Budget in bytes for regenerated Fourier pages (``"dsgd"``, ``"rca"``).
     compute_dtype : {"float32", "float64"}, default="float32"
         Precision of the features (``"dsgd"`` and ``"rca"``; sums are float64). The
         ``"exact"`` solver works in float64.
@@ -176,9 +181,10 @@ class KernelSIR(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ComponentStep
     ``"exact"`` in the kernel-PCA coordinates of the centred kernel matrix (the kernel
     itself); ``"rca"`` on ``k(x, L) K_LL^{-1/2}`` (Nyström) or on ``J`` Fourier blocks
     ``z`` scaled to ``z / sqrt(J)``; ``"dsgd"`` on its ``J`` blocks scaled the same way
-    (for Nyström, each block whitened on its own: their average kernel). With one
-    Nyström block holding every training row all three solve the exact kernel SIR
-    problem; on 600 rows ``"rca"`` matches ``"exact"`` to round-off (``2e-13``).
+    (several Nyström blocks are the landmarks whitened together and split, so that
+    their average kernel is the Nyström kernel of all of them). With every training row
+    a landmark all three solve the exact kernel SIR problem; on 600 rows ``"rca"``
+    matches ``"exact"`` to round-off (``2e-13``).
 
     **dsgd.** With ``h = H(x)`` on a batch and ``M`` the batch's slice means of ``h``
     (row by row), ``W = Cov(M)``; every block ``A_j <- A_j (I - eta reg W)`` and the
@@ -220,6 +226,9 @@ class KernelSIR(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ComponentStep
 
     _views = ("X",)
     _y_is_target = True
+    _parameter_constraints: ClassVar[dict] = {
+        "n_components": COUNT, **KERNEL, **STEPS, **solver_constraint("KernelSIR"), "reg": POSITIVE,
+        "n_slices": [Interval(Integral, 2, None, closed="left")]}
 
     def __init__(self, n_components=2, *, kernel="gaussian", bandwidth="median", kernel_params=None, n_slices=10,
                  reg=1e-3, solver="auto", features="nystroem", n_features="auto", block_size="auto", batch_size=256,
@@ -249,6 +258,8 @@ class KernelSIR(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ComponentStep
         self.verbose = verbose
         self.random_state = random_state
 
+    @_fit_context(prefer_skip_nested_validation=True)
+    @atomic_fit
     def fit(self, X, y, *, callback=None):
         """Fit the directions on the rows of ``(X, y)`` with the chosen solver.
 
@@ -275,6 +286,8 @@ class KernelSIR(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ComponentStep
         self.solver_ = solver
         return self
 
+    @_fit_context(prefer_skip_nested_validation=True)
+    @atomic_fit
     def partial_fit(self, X, y):
         """One pass of doubly stochastic steps over ``(X, y)`` as the next batch of a stream.
 
@@ -322,12 +335,11 @@ class KernelSIR(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ComponentStep
 
     def _check_params(self, n_samples: int, solver: str = "dsgd") -> dict:
         if solver == "exact":  # every row a landmark: no budget, blocks or steps
-            p = {"n_components": check_int(self.n_components, "n_components"), "features": "nystroem"}
+            p = {"n_components": int(self.n_components), "features": "nystroem"}
         else:
             p = self._check_common(n_samples, whole_budget=solver == "rca")
         p["solver"] = solver
-        p["reg"] = check_float(self.reg, "reg")
-        p["n_slices"] = check_int(self.n_slices, "n_slices", 2)
+        p["reg"], p["n_slices"] = float(self.reg), int(self.n_slices)
         if p["n_slices"] > n_samples:
             raise ValueError(f"n_slices={p['n_slices']} must be <= n_samples={n_samples}")
         if p["n_components"] > p["n_slices"] - 1:
@@ -422,9 +434,8 @@ class KernelSIR(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ComponentStep
                                  "no Nyström features can be formed")
             fmap = NystroemMap(spec, landmarks, normalization)
         else:
-            dtype = check_choice(self.compute_dtype, "compute_dtype", ("float32", "float64"))
-            cache = None if self.cache_bytes is None else check_int(self.cache_bytes, "cache_bytes", 0)
-            blocks = RandomFeatures(spec, xs.shape[1], m, fseed, dtype, center=center, cache_bytes=cache)
+            blocks = RandomFeatures(spec, xs.shape[1], m, fseed, self.compute_dtype, center=center,
+                                    cache_bytes=self.cache_bytes)
             fmap = FourierMap(blocks, J)
         sliced = SlicedMap(fmap, self.slicer_, self.n_features_in_)
         shift = sliced(sample[:SHIFT_ROWS]).mean(axis=0, dtype=np.float64)

@@ -3,21 +3,25 @@ of feature moments, or the dense kernel matrix."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import dask
 import numpy as np
-from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context
 from sklearn.utils.validation import check_is_fitted
 
-from dsgd_dask._validation import check_choice, check_float, check_int
-from dsgd_dask.baselines.exact_two_view import check_kernel, check_two_view_size, exact_two_view, materialise_pair
+from dsgd_dask.baselines.exact_two_view import check_two_view_size, exact_two_view, materialise_pair
 from dsgd_dask.baselines.rcca import randomized_cca
 from dsgd_dask.engine.driver import Update, run_passes
 from dsgd_dask.engine.passes import cross_covariances, cross_request
 from dsgd_dask.engine.ridge import LandmarkPreconditioner, precision_ridge
 from dsgd_dask.engine.steps import StepState
+from dsgd_dask.estimators._atomic import atomic_fit
+from dsgd_dask.estimators._constraints import COUNT, POSITIVE, STEPS, TWO_VIEW_KERNELS, solver_constraint
 from dsgd_dask.estimators._solvers import Clock, check_partial_fit, check_solver, record
 from dsgd_dask.estimators._steps import model_fingerprint, register
 from dsgd_dask.estimators.components import N_INIT, N_SAMPLE, ComponentStepEstimator
+from dsgd_dask.features.kernels import parse_kernel
 from dsgd_dask.metrics import paired_correlations
 from dsgd_dask.model.expansion import KernelExpansion
 from dsgd_dask.rules.solutions import cca_ritz, cross_svd, ridge_cca
@@ -55,7 +59,9 @@ _SHARED_PARAMS = """\
         up (see ``block_size``), or more Nyström landmarks than rows, is a
         ``ValueError`` naming valid budgets. ``"auto"``: ``min(4096, max(1024, 2 n))``
         in whole blocks (Nyström: at most the ``n`` rows). ``solver="exact"`` ignores
-        it (``n_features_`` is then ``n``).
+        it (``n_features_`` is then ``n``). An integer from 1 to ``2**24`` (128 MiB of
+        float64 coefficients per function): a larger budget, or one that is not an
+        integer, is refused before any data are read, naming the range.
     block_size : int or "auto", default="auto"
         Features per block, at least ``n_components``; an integer ``n_features`` must
         be a multiple of it. ``"auto"``: ``n_features`` in equal blocks of at most 1024
@@ -84,15 +90,17 @@ _SHARED_PARAMS = """\
         Precision of the features of ``"dsgd"``, ``"lobpcg"`` and ``"rca"`` with Fourier
         features; sums and coefficients are float64. ``"rca"`` with Nyström features
         and ``"exact"`` compute in float64.
-    cache_bytes : int, optional
-        Memory budget for cached Fourier blocks (``None``: a quarter of the free memory,
-        at most 4 GiB; 0 regenerates every block at every use).
+    cache_bytes : int >= 0, optional
+        Memory budget for cached Fourier blocks, in bytes (``None``: a quarter of the free
+        memory, at most 4 GiB; 0 regenerates every block at every use).
     checkpoint : str or Path, optional
         Zarr group where :meth:`fit` saves its state (``"dsgd"``: every
         ``checkpoint_every`` steps; ``"lobpcg"``: after every pass, with its
         ``convergence_`` records), atomically; an existing checkpoint of the same fit is
         resumed (the same final model, bit for bit), one of another fit, or of another
-        solver, refused. ``"rca"`` (one pass) and ``"exact"`` ignore it.
+        solver, refused. ``"rca"`` (one pass) and ``"exact"`` ignore it. :meth:`partial_fit`
+        refuses it (a ``ValueError``): the state of a stream is the estimator, saved by
+        :meth:`save`.
     checkpoint_every : int, default=100
         Steps between checkpoints (``"dsgd"``).
     verbose : bool, default=False
@@ -140,6 +148,7 @@ _SHARED_ATTRIBUTES = """\
 
 class _TwoViewEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ComponentStepEstimator):
     _views = ("X", "Y")
+    _parameter_constraints: ClassVar[dict] = {"n_components": COUNT, **TWO_VIEW_KERNELS, **STEPS}
 
     def _auto_solver(self, features: str) -> str:
         """The solver ``solver="auto"`` runs with these features."""
@@ -147,10 +156,11 @@ class _TwoViewEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Compo
 
     def _resolved_solver(self) -> str:
         """``solver`` checked against the solver table (before any work), ``"auto"`` resolved."""
-        features = check_choice(self.features, "features", ("nystroem", "fourier"))
-        solver = check_solver(self, features)
-        return self._auto_solver(features) if solver == "auto" else solver
+        solver = check_solver(self, self.features)
+        return self._auto_solver(self.features) if solver == "auto" else solver
 
+    @_fit_context(prefer_skip_nested_validation=True)
+    @atomic_fit
     def fit(self, X, Y, *, callback=None):
         """Fit the pairs of functions on the rows of ``(X, Y)`` with the chosen solver.
 
@@ -185,11 +195,14 @@ class _TwoViewEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Compo
         self.solver_ = solver
         return self
 
+    @_fit_context(prefer_skip_nested_validation=True)
+    @atomic_fit
     def partial_fit(self, X, Y):
         """One pass of doubly stochastic steps over ``(X, Y)`` as the next batch of a stream.
 
-        The first call initialises (as ``solver="dsgd"``); a model fitted by ``"lobpcg"``
-        continues from its functions. Only with ``solver="auto"`` or ``"dsgd"``.
+        The first call initialises (as ``solver="dsgd"``). Only with ``solver="auto"`` or
+        ``"dsgd"``, and only on a model fitted by steps (a model fitted by another solver,
+        ``"lobpcg"`` under ``"auto"`` included, raises a ``ValueError``).
 
         Parameters
         ----------
@@ -200,12 +213,12 @@ class _TwoViewEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Compo
         self
         """
         check_partial_fit(self)
-        if getattr(self, "solver_", None) in DIRECT_SOLVERS:
-            raise ValueError(f"partial_fit continues doubly stochastic steps, but this model was fitted by "
-                             f"solver={self.solver_!r}, which keeps no step state: refit it, or stream into a new "
-                             f"{type(self).__name__}")
-        if not hasattr(self, "state_") or getattr(self, "solver_", "dsgd") != "dsgd":
-            self.convergence_ = []  # the records of steps (a "lobpcg" model's passes are not steps)
+        if getattr(self, "solver_", "dsgd") != "dsgd":
+            raise ValueError(f"this model was fitted by solver={self.solver_!r}; partial_fit continues fits of "
+                             f"doubly stochastic steps only: stream into a new {type(self).__name__}, or fit with "
+                             "solver='dsgd'")
+        if not hasattr(self, "state_"):
+            self.convergence_ = []
         self._run_solver = "dsgd-stream"
         try:
             self._partial_fit(X, Y)
@@ -252,11 +265,10 @@ class _TwoViewEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Compo
         solver = solver or self.__dict__.get("_run_solver", "dsgd")
         stream = solver == "dsgd-stream"
         solver = "dsgd" if stream else solver
-        for v in (0, 1):  # the kernels' parameters, before any data are read
-            check_kernel(self._view_param("kernel", v), self._view_param("bandwidth", v),
-                         self._view_param("kernel_params", v), "_" + "xy"[v])
+        for v in (0, 1):  # each kernel with its kernel_params, before any data are read
+            parse_kernel(self._view_param("kernel", v), 1.0, self._view_param("kernel_params", v))
         if solver == "exact":  # every row a landmark: no budget, blocks or steps
-            k = check_int(self.n_components, "n_components")
+            k = int(self.n_components)
             if k > n_samples:
                 raise ValueError(f"n_components={k} must be <= n_samples={n_samples}")
             check_two_view_size(n_samples, f"{type(self).__name__}(solver='exact')")
@@ -282,8 +294,7 @@ class _TwoViewEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Compo
         n = view.n_samples
         p = self._params = self._check_params(n, solver)
         k = p["n_components"]
-        dtype = check_choice(self.compute_dtype, "compute_dtype", ("float32", "float64"))
-        cache = None if self.cache_bytes is None else check_int(self.cache_bytes, "cache_bytes", 0)
+        dtype, cache = self.compute_dtype, self.cache_bytes
         self.seed_ = self._seed(self.random_state)
         clock = Clock()
         sample = sample_rows(view, N_SAMPLE, self.seed_)
@@ -419,9 +430,10 @@ class KernelSVD(_TwoViewEstimator):
     symmetrically for ``G``). At the end the pairs are rotated to the singular vectors of
     the ``k x k`` problem on a seeded sample of 10,000 rows from every chunk, with the
     functions' norms taken in the blocks' feature space (``J`` blocks each approximate
-    the kernel: their average kernel). The functions are orthonormal in the RKHS the
-    features represent: the kernel itself when one Nyström block holds every training
-    row.
+    the kernel: their average kernel; several Nyström blocks are the landmarks whitened
+    together and split, so that this average is the Nyström kernel of all of them). The
+    functions are orthonormal in the RKHS the features represent: the kernel itself when
+    every training row is a landmark.
 
     **exact.** In the kernel-PCA coordinates ``Phi = U diag(lambda)^{{1/2}}`` of each
     centred kernel matrix the operator is ``Cxy = Phi_x^T Phi_y / n``; its SVD gives
@@ -447,6 +459,9 @@ class KernelSVD(_TwoViewEstimator):
     >>> exact.n_features_
     600
     """
+
+    _parameter_constraints: ClassVar[dict] = {**_TwoViewEstimator._parameter_constraints,
+                                              **solver_constraint("KernelSVD")}
 
     def __init__(self, n_components=2, *, kernel_x="gaussian", kernel_y="gaussian", bandwidth_x="median",
                  bandwidth_y="median", kernel_params_x=None, kernel_params_y=None, solver="auto",
@@ -528,9 +543,8 @@ class KernelCCA(_TwoViewEstimator):
         for ``"exact"``, and for Nyström features under ``"lobpcg"`` and ``"rca"``
         (functions in the span of the landmarks' kernel sections: with every training
         row a landmark, the exact problem); the random-feature kernel ``z z^T / J`` of
-        Fourier features; under ``"dsgd"``, the average of the ``J`` blocks' kernels
-        (with Nyström blocks, each whitened on its own, that is the kernel itself on
-        the landmarks only when one block holds them all; see Notes). Without ``reg``
+        Fourier features; under ``"dsgd"`` the same (several Nyström blocks are the
+        landmarks whitened together and split; see Notes). Without ``reg``
         kernel CCA is ill-posed: any two views of distinct rows reach correlation 1.
         (scikit-learn has no kernel CCA.)
     solver : {{"auto", "dsgd", "lobpcg", "rca", "exact"}}, default="auto"
@@ -595,12 +609,13 @@ class KernelCCA(_TwoViewEstimator):
     kernel on its landmarks exactly: on 600 MNIST half-digits with every row a landmark
     the default 500 steps reach the exact top-5 correlations to 1.5e-4 to 2.1e-4 relative
     and the ordered subspaces to ``sin^2 < 3.3e-3`` (seeds 0 to 3); this is the noise of
-    the steps. Several Nyström blocks, each whitened on its own, represent the average of
-    their landmarks' Nyström kernels, whose norm exceeds the kernel's where a block's
-    landmarks miss a function: there the steps solve a more regularised problem than the
-    other solvers (on the same 600 rows in two blocks of 300, its correlations are 1.3 %
-    below the exact ones, and 2000 steps reach them to 5e-4). Penalising the kernel's own
-    norm would cost every step the functions' values at its block's landmarks.
+    the steps. Several Nyström blocks are the landmarks whitened together
+    (``sqrt(J) K_LL^{{-1/2}}``, one ``M x M`` eigendecomposition per fit, at most 8,192
+    features) and split into blocks, so that their average kernel is the Nyström kernel
+    of all the landmarks, the other solvers' (blocks whitened each on its own would
+    average ``J`` coarser kernels: on the same 600 rows in two blocks of 300, 1.1 % to
+    1.3 % below the exact correlations). Each step then evaluates the sections of all the
+    landmarks; on those two blocks 1000 steps reach the exact correlations to 2.4e-3.
 
     ``transform`` gives the canonical variates; :meth:`score` the sum of their
     correlations on held-out rows.
@@ -629,6 +644,10 @@ class KernelCCA(_TwoViewEstimator):
     >>> bool(abs(exact.correlations_[0] - cca.correlations_[0]) < 0.01)
     True
     """
+
+    _parameter_constraints: ClassVar[dict] = {
+        **_TwoViewEstimator._parameter_constraints, **solver_constraint("KernelCCA"), "reg": POSITIVE,
+        "tol": POSITIVE}
 
     def __init__(self, n_components=2, *, kernel_x="gaussian", kernel_y="gaussian", bandwidth_x="median",
                  bandwidth_y="median", kernel_params_x=None, kernel_params_y=None, reg=1e-3, solver="auto",
@@ -667,10 +686,9 @@ class KernelCCA(_TwoViewEstimator):
 
     def _check_params(self, n_samples: int, solver: str | None = None) -> dict:
         p = super()._check_params(n_samples, solver)
-        p["reg"] = check_float(self.reg, "reg")
-        p["tol"] = check_float(self.tol, "tol")
+        p["reg"], p["tol"] = float(self.reg), float(self.tol)
         if p["solver"] == "lobpcg":
-            p["max_iter"] = (CCA_MAX_PASSES if self.max_iter == "auto" else check_int(self.max_iter, "max_iter"))
+            p["max_iter"] = CCA_MAX_PASSES if self.max_iter == "auto" else int(self.max_iter)
         return p
 
     def _direct_reg(self) -> float:

@@ -24,6 +24,7 @@ from collections import OrderedDict
 import numpy as np
 
 from dsgd_dask._threads import map_ordered, one_blas_thread, scratch
+from dsgd_dask.features.bandwidth import check_scale
 from dsgd_dask.features.kernels import KernelSpec, sample_frequencies
 
 #: Columns of one page: wide enough for an efficient single-threaded GEMM, small enough
@@ -125,7 +126,9 @@ class FeatureBlocks:
         if self.dtype not in (np.float32, np.float64):
             raise ValueError(f"feature dtype must be float32 or float64, got {self.dtype}")
         if center is not None and kernel.shift_invariant:
-            center = np.asarray(center, dtype=self.dtype).reshape(-1)
+            # float64 whatever the features' precision: the inputs are shifted before they are
+            # rounded to it, so an offset of the data costs no precision
+            center = np.asarray(center, dtype=np.float64).reshape(-1)
             if center.shape != (self.n_features_in,):
                 raise ValueError(f"center must have shape ({self.n_features_in},), got {center.shape}")
         else:
@@ -134,10 +137,10 @@ class FeatureBlocks:
         self.blocks_per_page = max(1, PAGE_COLUMNS // self.block_size)
 
     def prepare(self, X) -> np.ndarray:
-        """Inputs in the feature dtype, shifted by ``center``."""
+        """Inputs shifted by ``center`` (in float64), then in the feature dtype."""
         X = np.asarray(X)
         if self.center is not None:
-            return np.subtract(X, self.center, dtype=self.dtype)
+            return np.subtract(X, self.center, dtype=np.float64).astype(self.dtype, copy=False)
         return X.astype(self.dtype, copy=False)
 
     def map_pages(self, start_block: int, stop_block: int, fn, n_rows: int = 0) -> list:
@@ -205,14 +208,23 @@ class RandomFeatures(FeatureBlocks):
     center : ndarray of shape (d,), optional
         A point subtracted from the inputs before the features of a shift-invariant
         kernel (exactly equivalent to shifting the phases; it keeps ``x W`` small, which
-        float32 needs).
+        float32 needs), in float64 before the inputs are rounded to ``dtype``.
     cache_bytes : int, optional
         Budget for cached pages; ``None`` takes :func:`default_cache_bytes`, 0 disables.
+
+    Raises
+    ------
+    ValueError
+        If ``1 / bandwidth`` overflows or underflows ``dtype``
+        (:func:`~dsgd_dask.features.bandwidth.check_scale`).
     """
 
     def __init__(self, kernel: KernelSpec, n_features_in: int, block_size: int, seed: int,
                  dtype="float32", center=None, cache_bytes: int | None = None):
         super().__init__(kernel, n_features_in, block_size, seed, dtype, center)
+        # the frequencies omega / bandwidth in the features' precision (the data's scale is
+        # checked against the bandwidth where a sample of it is at hand)
+        check_scale(None, kernel.bandwidth, self.dtype, power=1)
         self.cache_bytes = default_cache_bytes() if cache_bytes is None else int(cache_bytes)
         self._init_cache()
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from dsgd_dask._linalg import small_eigh
 from dsgd_dask._threads import one_blas_thread, scratch
+from dsgd_dask.features.bandwidth import DataScale, check_scale
 from dsgd_dask.features.blocks import FeatureBlocks
 from dsgd_dask.features.kernels import KernelSpec, kernel_matrix
 
@@ -124,8 +125,9 @@ class NystroemFeatures(FeatureBlocks):
     dtype : {"float32", "float64"}
         Precision of the kernel sections and features.
     center : ndarray of shape (d,), optional
-        A point subtracted from inputs and landmarks of a shift-invariant kernel (it keeps
-        the distances accurate in float32).
+        A point subtracted from inputs and landmarks of a shift-invariant kernel, in float64
+        before they are rounded to ``dtype`` (it keeps the distances accurate in float32,
+        whatever the offset of the data).
     normalization : ndarray of shape (n_blocks, block_size, block_size), optional
         The whitening of each block; computed from the landmarks when not given.
     whiten : bool, default=True
@@ -133,6 +135,13 @@ class NystroemFeatures(FeatureBlocks):
         are the kernel sections ``k(x, L)``, with no per-block matrix.
     cache_bytes : int, optional
         Accepted for interface compatibility; nothing is regenerated.
+
+    Raises
+    ------
+    ValueError
+        If the landmarks' distances from ``center`` (norms without it) or the bandwidth
+        overflow or underflow ``dtype`` where the sections square them
+        (:func:`~dsgd_dask.features.bandwidth.check_scale`).
     """
 
     def __init__(self, kernel: KernelSpec, landmarks, block_size: int, seed: int, dtype="float32",
@@ -143,6 +152,10 @@ class NystroemFeatures(FeatureBlocks):
             raise ValueError(f"landmarks must be 2-D with a positive multiple of block_size={block_size} rows, "
                              f"got shape {landmarks.shape}")
         super().__init__(kernel, landmarks.shape[1], block_size, seed, dtype, center)
+        # the landmarks are rows of the data: their scale, and the bandwidth's, in the precision
+        # of the sections (squared distances; Laplacian and Cauchy sections: the inputs alone)
+        check_scale(DataScale.of(landmarks, self.center is not None, "the data's rows (Nyström landmarks)"),
+                    kernel.bandwidth, self.dtype, power=1 if kernel.name in ("laplacian", "cauchy") else 2)
         self.landmarks = landmarks
         self.cache_bytes = 0 if cache_bytes is None else int(cache_bytes)
         self._prepared = None

@@ -1,14 +1,31 @@
 """Zarr groups for models and checkpoints: written atomically, verified on read.
 
 A store is a Zarr v3 group whose attributes carry a ``dsgd_dask`` entry: the kind of
-store (``"model"`` or ``"checkpoint"``), the format version, and a SHA-256 digest, shape
-and dtype for each array. It is written into a hidden sibling directory and renamed into
-place, so a crash never leaves a half-written store under the final name; a store whose
-arrays do not match their digests (truncated, edited, partly deleted) is refused.
+store (``"model"`` or ``"checkpoint"``), the format version, a SHA-256 digest, shape and
+dtype for each array, and a SHA-256 digest of every attribute (:func:`attributes_digest`).
+It is written into a hidden sibling directory and renamed into place, so a crash never
+leaves a half-written store under the final name; a store whose arrays or attributes do
+not match their digests (truncated, edited, partly deleted) is refused.
 
 The renames make the writes atomic only on a local (or POSIX network) filesystem: paths
 are ``str`` or :class:`os.PathLike`, or ``file://`` URLs; any other URL (``s3://``,
 ``gs://``, ``memory://``...) is refused with a ``ValueError`` (:func:`local_path`).
+
+**Concurrent readers.** Replacing a store takes two renames (the old store aside, the new
+one into place), between which nothing is at the path, and a reader that started on the
+old store may find its files gone or mixed with the new store's (the digests then do not
+match). :func:`read_store` reads again, for up to :data:`READ_RETRY_SECONDS`, when its
+read failed while the store at the path changed or a writer of the path is running; so
+a reader on a local filesystem gets the old store or the new one. A store that is
+damaged while no writer is running is refused at once.
+
+**Temporary directories.** The hidden sibling ``.NAME.tmp-<uuid>`` holds the store being
+written (``.NAME.tmp-<uuid>/NAME``) and a record of its writer (``writer.json``: process
+id, host name and, on Linux, the process start time). A writer killed before it finished
+(``SIGKILL``, a power cut) leaves the directory behind; the next write to the same path
+removes every such directory whose writer is a process of this host that is no longer
+running, and says so with a :class:`StaleTemporaryWarning`. Directories of running
+writers, of writers on other hosts, and without a readable record are left alone.
 """
 
 from __future__ import annotations
@@ -18,7 +35,11 @@ import json
 import os
 import re
 import shutil
+import socket
+import sys
+import time
 import uuid
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -26,12 +47,22 @@ from urllib.request import url2pathname
 
 import numpy as np
 
-FORMAT_VERSION = 2
+#: Format 3 added the digest of the attributes (``attributes_sha256``).
+FORMAT_VERSION = 3
 _META = "dsgd_dask"
+_ATTRIBUTES_DIGEST = "attributes_sha256"
+#: The record of a writer in its temporary directory.
+_WRITER = "writer.json"
+#: How long :func:`read_store` reads again a store that a running writer is replacing.
+READ_RETRY_SECONDS = 2.0
 
 
 class StoreError(ValueError):
     """A model or checkpoint store that cannot be read as such."""
+
+
+class StaleTemporaryWarning(UserWarning):
+    """A write removed temporary directories left by writers of the same path that died."""
 
 
 #: A URL's protocol: ``s3://``, ``memory://``, ``file://``, or fsspec's chained ``simplecache::s3://``.
@@ -109,13 +140,39 @@ def _json_safe(value):
     return json.loads(json.dumps(value, default=default))
 
 
+def attributes_digest(attrs: dict) -> str:
+    """The SHA-256 digest of a store's attributes, stored as ``attributes_sha256`` in its format entry.
+
+    The digest is taken over the canonical JSON (sorted keys, no spaces, ASCII) of every
+    attribute, the ``dsgd_dask`` format entry included, except the digest itself.
+
+    Parameters
+    ----------
+    attrs : dict
+        The group attributes as read from the store (JSON values).
+
+    Returns
+    -------
+    str
+        Hexadecimal digest.
+    """
+    doc = dict(attrs)
+    if isinstance(doc.get(_META), dict):
+        doc[_META] = {k: v for k, v in doc[_META].items() if k != _ATTRIBUTES_DIGEST}
+    blob = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=True)
+    return hashlib.sha256(blob.encode("ascii")).hexdigest()
+
+
 @contextmanager
 def atomic_directory(path, overwrite: bool = False, what: str = "path"):
-    """Yield ``(tmp, path)``: a hidden temporary sibling to fill, renamed into place at the end.
+    """Yield ``(tmp, path)``: a directory to fill, in a hidden temporary sibling, renamed into place at the end.
 
-    On success ``tmp`` is synced to disk and renamed to ``path`` (an existing store there
-    is replaced only when ``overwrite``); on any error, ``KeyboardInterrupt`` included,
-    ``tmp`` is removed and ``path`` is left as it was.
+    ``tmp`` (``.NAME.tmp-<uuid>/NAME``) does not exist yet: the caller creates it. On
+    success ``tmp`` is synced to disk and renamed to ``path`` (an existing store there is
+    replaced only when ``overwrite``); on any error, ``KeyboardInterrupt`` included, the
+    temporary directory is removed and ``path`` is left as it was. Before writing, the
+    temporary directories that killed writers left next to ``path`` are removed, with a
+    :class:`StaleTemporaryWarning`.
 
     Raises
     ------
@@ -128,8 +185,12 @@ def atomic_directory(path, overwrite: bool = False, what: str = "path"):
     if path.exists() and not overwrite:
         raise FileExistsError(f"{path} exists; pass overwrite=True (--overwrite on the command line) to replace it")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex}"
+    _remove_stale_temporaries(path)
+    work = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex}"
+    tmp = work / path.name
+    work.mkdir()
     try:
+        (work / _WRITER).write_text(json.dumps(_writer_record()))
         yield tmp, path
         _fsync_tree(tmp)
         if path.exists():
@@ -142,8 +203,68 @@ def atomic_directory(path, overwrite: bool = False, what: str = "path"):
         for stale in path.parent.glob(f".{path.name}.old-*"):  # left by a crash between the renames
             shutil.rmtree(stale, ignore_errors=True)
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+# -- writers of a path: who is writing, who died ----------------------------------------------------
+
+def _start_time(pid: int):
+    """The start time of process ``pid`` (clock ticks after boot) and whether it is a zombie; ``None`` off Linux."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return int(fields[19]), fields[0] == b"Z"
+
+
+def _writer_record() -> dict:
+    started = _start_time(os.getpid())
+    return {"pid": os.getpid(), "host": socket.gethostname(), "started": started and started[0]}
+
+
+def _writer_state(work: Path) -> str:
+    """``"running"``, ``"dead"`` or ``"unknown"`` (no readable record, another host, no way to tell)."""
+    try:
+        record = json.loads((work / _WRITER).read_text())
+        pid, host, started = int(record["pid"]), record["host"], record.get("started")
+    except (OSError, ValueError, TypeError, KeyError):
+        return "unknown"
+    if host != socket.gethostname() or pid <= 0 or sys.platform == "win32":  # os.kill(pid, 0) is no probe on Windows
+        return "unknown"
+    if pid == os.getpid():
+        return "running"
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return "dead"
+    except OSError:  # another user's process: it exists
+        pass
+    now = _start_time(pid)
+    if now is not None and (now[1] or (started is not None and now[0] != started)):
+        return "dead"  # a zombie, or another process that took the pid
+    return "running"
+
+
+def _temporaries(path: Path) -> list[Path]:
+    return [p for p in path.parent.glob(f".{path.name}.tmp-*") if p.is_dir()]
+
+
+def _writer_running(path: Path) -> bool:
+    """Whether a writer of ``path`` is running (or may be: on another host)."""
+    return any(_writer_state(work) != "dead" and (work / _WRITER).exists() for work in _temporaries(path))
+
+
+def _remove_stale_temporaries(path: Path) -> None:
+    removed = []
+    for work in _temporaries(path):
+        if _writer_state(work) == "dead":
+            shutil.rmtree(work, ignore_errors=True)
+            removed.append(work.name)
+    if removed:
+        warnings.warn(f"removed {len(removed)} temporary director{'y' if len(removed) == 1 else 'ies'} next to "
+                      f"{path} left by writers that are no longer running (killed before they finished): "
+                      f"{', '.join(sorted(removed))}", StaleTemporaryWarning, stacklevel=4)
 
 
 def write_store(path, kind: str, attrs: dict, arrays: dict[str, np.ndarray], overwrite: bool = False) -> Path:
@@ -156,7 +277,8 @@ def write_store(path, kind: str, attrs: dict, arrays: dict[str, np.ndarray], ove
     kind : str
         ``"model"`` or ``"checkpoint"``.
     attrs : dict
-        JSON-serialisable attributes (numpy scalars and arrays are converted).
+        JSON-serialisable attributes (numpy scalars and arrays are converted); their
+        digest is stored with them (:func:`attributes_digest`).
     arrays : dict of str to ndarray
         Arrays to store, each verified by digest on read.
     overwrite : bool
@@ -179,7 +301,9 @@ def write_store(path, kind: str, attrs: dict, arrays: dict[str, np.ndarray], ove
             group.create_array(name, data=arr)
             checks[name] = {"sha256": _digest(arr), "shape": list(arr.shape), "dtype": arr.dtype.str}
         meta = {"kind": kind, "format_version": FORMAT_VERSION, "arrays": checks}
-        group.attrs.update(_json_safe({**attrs, _META: meta}))
+        doc = _json_safe({**attrs, _META: meta})
+        doc[_META][_ATTRIBUTES_DIGEST] = attributes_digest(doc)
+        group.update_attributes(doc)
     return path
 
 
@@ -203,8 +327,21 @@ def _recover(path: Path) -> Path:
     raise FileNotFoundError(f"no store at {path}")
 
 
+def _identity(path: Path):
+    """What changes when a writer renames another directory to ``path`` (``None``: nothing there)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_ctime_ns
+
+
 def read_store(path, kind: str) -> tuple[dict, dict[str, np.ndarray]]:
     """Read and verify a store written by :func:`write_store`.
+
+    A read that fails while a writer replaces the store (the store at ``path`` changed
+    during the read, or a writer of ``path`` is running) is made again, for up to
+    :data:`READ_RETRY_SECONDS`: a reader gets the old store or the new one.
 
     Parameters
     ----------
@@ -225,13 +362,28 @@ def read_store(path, kind: str) -> tuple[dict, dict[str, np.ndarray]]:
         Nothing at ``path``.
     StoreError
         ``path`` is not a dsgd_dask store of this kind (e.g. a data store), was written in
-        another format version, or is truncated or corrupt.
+        another format version, is truncated or corrupt, or its attributes were edited.
     ValueError
         ``path`` is a URL of another protocol than ``file://`` (:func:`local_path`).
     """
+    path = local_path(path)
+    deadline = time.monotonic() + READ_RETRY_SECONDS
+    delay = 0.002
+    while True:
+        before = _identity(path)
+        try:
+            return _read_store_once(path, kind)
+        except Exception:
+            if time.monotonic() >= deadline or (_identity(path) == before and not _writer_running(path)):
+                raise
+        time.sleep(delay)
+        delay = min(2 * delay, 0.05)
+
+
+def _read_store_once(path: Path, kind: str) -> tuple[dict, dict[str, np.ndarray]]:
     import zarr
 
-    path = _recover(local_path(path))
+    path = _recover(path)
     try:
         node = zarr.open(str(path), mode="r")
     except Exception as err:
@@ -239,20 +391,30 @@ def read_store(path, kind: str) -> tuple[dict, dict[str, np.ndarray]]:
     if not isinstance(node, zarr.Group):
         raise StoreError(f"{path} is a Zarr array, not a dsgd_dask {kind} store (is it a data store?)")
     attrs = dict(node.attrs)
-    meta = attrs.pop(_META, None)
+    meta = attrs.get(_META)
     if not isinstance(meta, dict):
         raise StoreError(f"{path} is not a dsgd_dask {kind} store: it has no {_META!r} metadata "
                          "(is it a data store?)")
-    if meta.get("kind") != kind:
-        raise StoreError(f"{path} is a dsgd_dask {meta.get('kind')!r} store, not a {kind!r} store")
+    again = ("fit the model again and save it" if kind == "model"
+             else "delete the checkpoint (the fit starts over)")
     version = meta.get("format_version")
     if not isinstance(version, int) or version > FORMAT_VERSION:
         raise StoreError(f"{path} was written in format version {version!r}; this version of dsgd_dask "
                          f"reads version {FORMAT_VERSION}: upgrade dsgd_dask to read it")
-    if version < FORMAT_VERSION:
+    if version < 2:
         # format 1 drew the frequencies with numpy's ziggurat samplers: its seeds give other features now
         raise StoreError(f"{path} was written in format version {version}, whose seeds generate other random "
-                         f"features than this version of dsgd_dask (format {FORMAT_VERSION}); fit the model again")
+                         f"features than this version of dsgd_dask (format {FORMAT_VERSION}); {again}")
+    if version < FORMAT_VERSION:
+        raise StoreError(f"{path} was written in format version {version}, whose attributes (parameters, fitted "
+                         f"values) carry no checksum, so an edit of them cannot be detected; this version of "
+                         f"dsgd_dask reads format {FORMAT_VERSION}: {again}")
+    if meta.get(_ATTRIBUTES_DIGEST) != attributes_digest(attrs):
+        raise StoreError(f"{path}: the attributes (parameters, fitted values, format entry) do not match their "
+                         f"checksum: the store was edited or corrupted after it was written; {again}")
+    del attrs[_META]
+    if meta.get("kind") != kind:
+        raise StoreError(f"{path} is a dsgd_dask {meta.get('kind')!r} store, not a {kind!r} store")
     arrays = {}
     for name, check in meta.get("arrays", {}).items():
         try:
