@@ -14,6 +14,7 @@ import zarr
 from sklearn.kernel_ridge import KernelRidge as SkKernelRidge
 from sklearn.linear_model import LogisticRegression
 from sklearn.svm import SVC
+from threadpoolctl import threadpool_limits
 
 from dsgd_dask import KernelLogisticRegression, KernelRidge, KernelSVC, kernel_matrix, load
 from dsgd_dask.datasets import load_a9a, load_sarcos, load_usps
@@ -52,8 +53,9 @@ def test_ridge_converges_to_kernel_ridge(sarcos):
     errors = []
     for steps in (250, 1000):
         est = KernelRidge(alpha=nu, max_iter=steps, random_state=0).fit(X, y)
-        exact = SkKernelRidge(alpha=nu * len(X), kernel="precomputed").fit(kernel_matrix(est.kernel_, X), y)
-        ref = exact.predict(kernel_matrix(est.kernel_, Xt, X))
+        with threadpool_limits(limits=1, user_api="blas"):  # the dense reference: faster on a busy machine
+            exact = SkKernelRidge(alpha=nu * len(X), kernel="precomputed").fit(kernel_matrix(est.kernel_, X), y)
+            ref = exact.predict(kernel_matrix(est.kernel_, Xt, X))
         errors.append(np.linalg.norm(est.predict(Xt) - ref) / np.linalg.norm(ref))
     assert errors[1] < 0.5 * errors[0]
     assert errors[1] < 0.06
@@ -73,7 +75,11 @@ def test_ridge_by_passes_equals_kernel_ridge(sarcos, compute_dtype):
     ref = exact.predict(kernel_matrix(est.kernel_, Xt, X))
     err = np.linalg.norm(est.predict(Xt) - ref) / np.linalg.norm(ref)
     assert err < (1e-9 if compute_dtype == "float64" else 1e-3)
-    assert est.n_iter_ <= 3  # n_iter_ counts the first pass: at most two of conjugate gradients
+    # n_iter_ counts the first pass. float64: at most two of conjugate gradients. float32: the
+    # preconditioner is the system only to the features' rounding, amplified by the
+    # conditioning; measured, each pass cuts the residual 20 to 40 times (2.3e-5, then 8e-7 or
+    # 1.4e-6 by the BLAS kernel: on either side of tol = 1e-6), so tol takes up to four passes
+    assert est.n_iter_ <= (3 if compute_dtype == "float64" else 5)
     assert est.convergence_[-1]["measure"] <= est.tol
 
 
@@ -375,13 +381,15 @@ def test_classifiers_match_the_exact_kernel_machines(a9a, cls, reference):
     assert est.solver_ == "dsgd"
     K, Kt = kernel_matrix(est.kernel_, X), kernel_matrix(est.kernel_, Xt, X)
     C = 1.0 / (nu * len(X))
-    if reference == "svc":
-        exact = SVC(kernel="precomputed", C=C).fit(K, y).score(Kt, yt)
-    else:
-        w, U = np.linalg.eigh(K)
-        keep = w > 1e-10 * w.max()
-        Phi, Phit = U[:, keep] * np.sqrt(w[keep]), Kt @ U[:, keep] / np.sqrt(w[keep])
-        exact = LogisticRegression(C=C, max_iter=5000).fit(Phi, y).score(Phit, yt)
+    # the dense references on one BLAS thread: on a busy machine two threads took ten times longer
+    with threadpool_limits(limits=1, user_api="blas"):
+        if reference == "svc":
+            exact = SVC(kernel="precomputed", C=C).fit(K, y).score(Kt, yt)
+        else:
+            w, U = np.linalg.eigh(K)
+            keep = w > 1e-10 * w.max()
+            Phi, Phit = U[:, keep] * np.sqrt(w[keep]), Kt @ U[:, keep] / np.sqrt(w[keep])
+            exact = LogisticRegression(C=C, max_iter=5000).fit(Phi, y).score(Phit, yt)
     assert est.score(Xt, yt) >= exact - 0.01
     assert set(est.predict(Xt)) <= {-1, 1}
 

@@ -40,8 +40,8 @@ BOTH = ("nystroem", "fourier")
 FULL = {"k": 50, "rows": 240_000, "dsgd_features": 8192, "dsgd_dtype": "float64", "dsgd_seconds": 1800.0,
         "peers": [(4096, 120_000, BOTH), (8192, 60_000, ("nystroem",))],
         "reg_grid": (1e-3, 1e-4, 1e-5, 1e-6, 1e-7), "reg_rows": 60_000}
-QUICK = {"k": 5, "rows": None, "dsgd_features": 512, "dsgd_dtype": "float64", "dsgd_seconds": 60.0,
-         "peers": [(256, 4096, BOTH)], "reg_grid": (1e-3, 1e-5), "reg_rows": 4096}
+QUICK = {"k": 5, "rows": 8192, "dsgd_features": 512, "dsgd_dtype": "float64", "dsgd_seconds": 60.0,
+         "peers": [(256, 2048, BOTH)], "reg_grid": (1e-3, 1e-5), "reg_rows": 2048}
 
 LEFT = np.array([r * 28 + c for r in range(28) for c in range(14)])
 RIGHT = LEFT + 14

@@ -39,9 +39,9 @@ FULL = {"rows": (1_048_576, 8_100_000), "k": 50, "nystroem": (512, 1024, 2048, 4
         "rff": (1024, 2048, 4096, 8192, 16384), "subspace": (1024, "auto", 8192, 16384, 32768),
         "reference_features": 32768, "reference_dtype": "float32", "reference_seeds": (101, 102),
         "reference_rows": 1_048_576, "max_seconds": 1800.0, "max_matrix_gib": 8.0, "target_sin2": 0.05}
-QUICK = {"rows": (4096, 8192), "k": 5, "nystroem": (128, 256), "rff": (256,), "subspace": ("auto",),
+QUICK = {"rows": (2048, 4096), "k": 5, "nystroem": (128, 256), "rff": (256,), "subspace": ("auto",),
          "reference_features": 512, "reference_dtype": "float64", "reference_seeds": (101, 102),
-         "reference_rows": 4096, "max_seconds": 60.0, "max_matrix_gib": 1.0, "target_sin2": 0.05}
+         "reference_rows": 2048, "max_seconds": 60.0, "max_matrix_gib": 1.0, "target_sin2": 0.05}
 
 
 #: Row labels: the class and its solver.

@@ -45,7 +45,7 @@ FULL = {"rows": 480_000, "dsgd_features": 16384, "dsgd_seconds": 1800.0, "svc_se
         "svc_steps": 40_000, "svc_every": 250,
         "peers": [(4096, 60_000, BOTH), (4096, 240_000, ("Nystroem",)), (16384, 60_000, ("Nystroem",))],
         "choose_features": 4096}
-QUICK = {"rows": None, "dsgd_features": 512, "dsgd_seconds": 60.0, "svc_seconds": 60.0, "svc_steps": 30,
+QUICK = {"rows": 8192, "dsgd_features": 512, "dsgd_seconds": 60.0, "svc_seconds": 60.0, "svc_steps": 30,
          "svc_every": 10, "peers": [(256, 4096, BOTH)], "choose_features": 256}
 
 
