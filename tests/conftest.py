@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +16,41 @@ from dsgd_dask.datasets import load_mnist
 from dsgd_dask.features import KernelSpec
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real S3 API server (moto's) on loopback for the session: the ``storage_options`` that reach it.
+
+    Started in this process on a free port; subprocesses reach it with the same options.
+    """
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request otherwise
+    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield {"endpoint_url": f"http://{host}:{port}", "key": "testing", "secret": "testing"}
+    finally:
+        server.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture
+def s3_bucket(s3_server):
+    """A new, empty bucket on :func:`s3_server`: ``(url, storage_options)``, ``url`` as ``s3://bucket``."""
+    import s3fs
+
+    name = f"test-{uuid.uuid4().hex[:12]}"
+    s3fs.S3FileSystem(**s3_server).mkdir(name)
+    return f"s3://{name}", dict(s3_server)
 
 
 @pytest.fixture(scope="session")

@@ -27,6 +27,7 @@ from dsgd_dask.cli._commands import (
     evaluate,
     model_info,
     parse_set,
+    parse_storage_options,
 )
 from dsgd_dask.cli._demo import run_demo
 from dsgd_dask.cli._io import is_path, open_input, write_output
@@ -106,6 +107,14 @@ def _common(p: argparse.ArgumentParser, compute: bool = True) -> None:
     g.add_argument("--debug", action="store_true", help="show the traceback of an error")
 
 
+def _storage(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an option of the fsspec filesystem of the paths that are URLs (s3://, gs://...), value read "
+                   "as a Python literal else a string (repeat: --storage-option endpoint_url=http://127.0.0.1:9000 "
+                   "--storage-option key=... --storage-option secret=...); models and checkpoints on such URLs are "
+                   "written under a commit record")
+
+
 def _data(p: argparse.ArgumentParser, y_help: str | None) -> None:
     p.add_argument("input", metavar="INPUT", help=_INPUT_HELP)
     p.add_argument("--var", metavar="NAME", help="the array or variable of INPUT's group (optional when it holds "
@@ -166,6 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", metavar="PATH", help="Zarr checkpoint of the fit: written as the fit goes, "
                    "resumed when it exists")
     p.add_argument("--overwrite", action="store_true", help="replace an existing MODEL")
+    _storage(p)
     _common(p)
     p.set_defaults(func=cmd_fit)
 
@@ -179,6 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", metavar="MODEL", help="a model store written by `dsgd-dask fit` or an estimator's save")
     _data(p, "cca, svd: the second view, also transformed (into `V`)")
     _output(p, "the components")
+    _storage(p)
     _common(p)
     p.set_defaults(func=cmd_transform)
 
@@ -191,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--proba", action="store_true", help="logistic: the class probabilities (columns in the order "
                    "of classes_) instead of the classes")
     _output(p, "the predictions")
+    _storage(p)
     _common(p)
     p.set_defaults(func=cmd_predict, y=None, y_var=None)
 
@@ -204,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     _data(p, "the target (sir, ridge, svc, logistic) or the second view (cca, svd): a path or a variable of "
           "INPUT's group")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    _storage(p)
     _common(p)
     p.set_defaults(func=cmd_evaluate)
 
@@ -216,6 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the description as JSON")
     p.add_argument("--verify", action="store_true", help="also load the model: check every array against its "
                    "digest and print the model fingerprint")
+    _storage(p)
     _common(p, compute=False)
     p.set_defaults(func=cmd_info)
 
@@ -311,6 +325,7 @@ def check_args(args) -> None:
                              f"{scheduler} has its own workers")
     if getattr(args, "y_var", None) is not None and args.y is None:
         raise UsageError("--y-var names a variable of the --y store: give --y too")
+    parse_storage_options(getattr(args, "storage_option", None))
     for item in getattr(args, "set", None) or ():
         if item.partition("=")[0].strip().replace("-", "_") == "checkpoint":
             raise UsageError(f"--set {item}: give the checkpoint with --checkpoint PATH")

@@ -7,13 +7,12 @@ import contextlib
 import json
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
 import dsgd_dask
 from dsgd_dask.cli._io import open_input, open_second, read_model_attrs, row_chunks, write_output
-from dsgd_dask.model.store import local_path
+from dsgd_dask.model.store import RemoteLocation, open_store_group, store_location
 
 #: Method names and their estimator classes (all exported from ``dsgd_dask``).
 METHODS = {
@@ -107,8 +106,44 @@ def _shape(data) -> str:
     return "×".join(str(n) for n in data.shape)
 
 
+def parse_storage_options(items) -> dict:
+    """Options of the fsspec filesystem of URLs from ``key=value`` strings (values as Python literals, else strings).
+
+    Parameters
+    ----------
+    items : list of str
+        ``key=value`` pairs, e.g. ``endpoint_url=http://127.0.0.1:9000``, ``anon=True``,
+        ``client_kwargs={'region_name': 'eu-west-1'}``.
+
+    Returns
+    -------
+    dict
+
+    Raises
+    ------
+    UsageError
+        A pair without ``=`` or without a key.
+    """
+    options = {}
+    for item in items or ():
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UsageError(f"--storage-option expects KEY=VALUE, got {item!r}")
+        try:
+            options[key] = ast.literal_eval(text.strip())
+        except (ValueError, SyntaxError):
+            options[key] = text.strip()
+    return options
+
+
+def _options(args) -> dict:
+    """The ``--storage-option`` values of a command (``{}``: the filesystems' defaults)."""
+    return parse_storage_options(getattr(args, "storage_option", None))
+
+
 def _load(args):
-    model = dsgd_dask.load(args.model)
+    model = dsgd_dask.load(args.model, storage_options=_options(args))
     _set_verbose(model, args)
     return model
 
@@ -120,7 +155,7 @@ def _set_verbose(model, args) -> None:
 
 def _inputs(args, kind: str):
     """``X`` and the second view or target (or None) of a command, as the method needs them."""
-    X = open_input(args.input, args.var, feature_dim=args.feature_dim)
+    X = open_input(args.input, args.var, feature_dim=args.feature_dim, storage_options=_options(args))
     if args.y is None:
         if kind in SUPERVISED and args.command in ("fit", "evaluate"):
             raise UsageError(f"{kind} needs --y: the target, a path or a variable of {args.input}")
@@ -133,7 +168,7 @@ def _inputs(args, kind: str):
         raise UsageError(f"{args.command} with {kind} takes no --y")
     second = "second view" if kind in TWO_VIEW else "target"
     Y = open_second(args.input, args.y, args.y_var, f"--y ({second})", 2 if kind in TWO_VIEW else None,
-                    args.feature_dim if kind in TWO_VIEW else None)
+                    args.feature_dim if kind in TWO_VIEW else None, _options(args))
     return X, Y
 
 
@@ -145,14 +180,16 @@ def cmd_fit(args) -> int:
     params.setdefault("verbose", not args.quiet)
     if args.checkpoint is not None:
         params["checkpoint"] = args.checkpoint
-    out = Path(args.out)
-    if out.exists() and not args.overwrite:
+    options = _options(args)
+    out = store_location(args.out, options, "--out")
+    exists = out.state() != "empty" if isinstance(out, RemoteLocation) else out.exists()
+    if exists and not args.overwrite:
         raise FileExistsError(f"{out} exists; pass --overwrite to replace it")
     X, Y = _inputs(args, cls.__name__)
     model = cls(**params)
     t0 = time.perf_counter()
     with scheduler(args.scheduler, args.n_workers):
-        model.fit(X) if Y is None else model.fit(X, Y)
+        model.fit(X, storage_options=options) if Y is None else model.fit(X, Y, storage_options=options)
     seconds = time.perf_counter() - t0
     model.save(out, overwrite=args.overwrite)
     _say(args, f"fitted {cls.__name__} on {args.input} ({_shape(X)}) in {seconds:.1f} s; saved to {out}")
@@ -161,14 +198,17 @@ def cmd_fit(args) -> int:
 
 # -- transform / predict ---------------------------------------------------------------------
 def _provenance(args, model) -> dict:
-    return {"command": args.command, "estimator": type(model).__name__, "model": str(Path(args.model).resolve()),
+    where = store_location(args.model, _options(args), "MODEL")
+    where = str(where if isinstance(where, RemoteLocation) else where.resolve())
+    return {"command": args.command, "estimator": type(model).__name__, "model": where,
             "input": str(args.input), "var": args.var, "version": dsgd_dask.__version__}
 
 
 def _write(args, arrays: dict, model) -> int:
     t0 = time.perf_counter()
     with scheduler(args.scheduler, args.n_workers), _progress(args):
-        write_output(args.out, arrays, _provenance(args, model), overwrite=args.overwrite)
+        write_output(args.out, arrays, _provenance(args, model), overwrite=args.overwrite,
+                     storage_options=_options(args))
     shapes = ", ".join(f"{name} {_shape(a)}" for name, a in arrays.items())
     _say(args, f"wrote {shapes} to {args.out} in {time.perf_counter() - t0:.1f} s")
     return 0
@@ -313,7 +353,7 @@ def cmd_evaluate(args) -> int:
 _SHOWN = ("eigenvalues", "correlations", "singular_values", "classes")
 
 
-def model_info(path, verify: bool = False) -> dict:
+def model_info(path, verify: bool = False, storage_options: dict | None = None) -> dict:
     """What a model store holds, read from its attributes (and a few small arrays).
 
     Parameters
@@ -324,6 +364,8 @@ def model_info(path, verify: bool = False) -> dict:
         Also load the model: checks the attributes and every array against their SHA-256
         digests (a store that does not match them raises a ``StoreError``) and adds the
         model's fingerprint.
+    storage_options : dict, optional
+        Options of the fsspec filesystem of a URL (``{}``: its defaults).
 
     Returns
     -------
@@ -333,17 +375,15 @@ def model_info(path, verify: bool = False) -> dict:
         (shape, dtype, digest of each), small fitted values and, with ``verify``,
         ``fingerprint``.
     """
-    import zarr
-
     # verified first, so that what is shown is what was verified
-    model = dsgd_dask.load(path) if verify else None
-    attrs, meta = read_model_attrs(path)
+    model = dsgd_dask.load(path, storage_options=storage_options) if verify else None
+    attrs, meta = read_model_attrs(path, storage_options)
     fitted = {k: v for k, v in attrs.get("fitted", {}).items() if k not in ("config", "resolved_params")}
     arrays = meta.get("arrays", {})
     coef = arrays.get("coef", arrays.get("coef_0"))
     if coef is not None:
         fitted["n_features_"], fitted["n_outputs"] = coef["shape"]
-    group = zarr.open_group(str(local_path(path, "MODEL")), mode="r")
+    group = open_store_group(path, storage_options, "MODEL")
     values = {name: np.asarray(group[name][...]).tolist() for name in _SHOWN
               if name in arrays and np.prod(arrays[name]["shape"]) <= 1000}
     info = {"path": str(path), "estimator": attrs.get("estimator"), "format_version": meta.get("format_version"),
@@ -364,7 +404,7 @@ def model_info(path, verify: bool = False) -> dict:
 
 def cmd_info(args) -> int:
     """Describe a saved model."""
-    info = model_info(args.model, verify=args.verify)
+    info = model_info(args.model, verify=args.verify, storage_options=_options(args))
     if args.json:
         print(json.dumps(info, indent=2, default=str))
         return 0

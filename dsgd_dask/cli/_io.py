@@ -10,7 +10,7 @@ from pathlib import Path
 import dask.array as da
 import numpy as np
 
-from dsgd_dask.model.store import _META, StoreError, atomic_directory, local_path
+from dsgd_dask.model.store import _META, RemoteLocation, StoreError, atomic_directory, open_store_group, store_location
 from dsgd_dask.streams.inputs import open_zarr_node
 
 #: Rows per chunk when a ``.npy`` file is read as a dask array.
@@ -27,14 +27,18 @@ def _dimension_names(arr) -> tuple | None:
     return tuple(names) if names and all(n is not None for n in names) else None
 
 
-def _open_node(path: str, what: str):
+def _open_node(path: str, what: str, storage_options: dict | None = None):
     if not os.path.exists(path) and "://" not in path:
         raise FileNotFoundError(f"no Zarr store or .npy file at {path}")
-    return open_zarr_node(path, what)
+    return open_zarr_node(path, what, storage_options)
+
+
+def _is_url(path: str) -> bool:
+    return "://" in path and not path.startswith("file://")
 
 
 def open_input(path, var: str | None = None, *, what: str = "INPUT", ndim: int | None = 2,
-               feature_dim: str | None = None):
+               feature_dim: str | None = None, storage_options: dict | None = None):
     """Open a data input lazily: a Zarr array, a variable of a Zarr group, or a ``.npy`` file.
 
     Parameters
@@ -50,6 +54,8 @@ def open_input(path, var: str | None = None, *, what: str = "INPUT", ndim: int |
         Dimensionality of the array to pick when ``var`` is not given (None: any).
     feature_dim : str, optional
         For xarray variables: the dimension holding the features, moved last.
+    storage_options : dict, optional
+        Options of the fsspec filesystem of a URL (``s3://``, ``gs://``...).
 
     Returns
     -------
@@ -76,7 +82,7 @@ def open_input(path, var: str | None = None, *, what: str = "INPUT", ndim: int |
         if not os.path.exists(path):
             raise FileNotFoundError(f"no .npy file at {path}")
         return np.load(path, mmap_mode="r", allow_pickle=False)
-    node = _open_node(path, what)
+    node = _open_node(path, what, storage_options)
     if isinstance(node, zarr.Array):
         if var is not None:
             raise ValueError(f"{what} {path} is a Zarr array, not a group: it has no variable {var!r}")
@@ -103,7 +109,8 @@ def open_input(path, var: str | None = None, *, what: str = "INPUT", ndim: int |
         return da.from_zarr(arr)
     import xarray as xr
 
-    data = xr.open_zarr(store, consolidated=False)[name]
+    remote = {"storage_options": storage_options} if storage_options is not None and _is_url(store) else {}
+    data = xr.open_zarr(store, consolidated=False, **remote)[name]
     if feature_dim is not None:
         if feature_dim not in data.dims:
             raise ValueError(f"{what} variable {name!r} has no dimension {feature_dim!r}; its dims are {data.dims}")
@@ -116,14 +123,15 @@ def is_path(y: str) -> bool:
     return y.endswith(".npy") or os.path.exists(y) or "://" in y
 
 
-def open_second(x_path, y: str, y_var: str | None, what: str, ndim: int | None, feature_dim: str | None = None):
+def open_second(x_path, y: str, y_var: str | None, what: str, ndim: int | None, feature_dim: str | None = None,
+                storage_options: dict | None = None):
     """The second view or target ``--y``: a path (with ``--y-var``), or a variable of ``x_path``'s group."""
     if is_path(y):
-        return open_input(y, y_var, what=what, ndim=ndim, feature_dim=feature_dim)
+        return open_input(y, y_var, what=what, ndim=ndim, feature_dim=feature_dim, storage_options=storage_options)
     if y_var is not None:
         raise FileNotFoundError(f"no store at --y {y}")
     try:
-        return open_input(x_path, y, what=what, ndim=ndim, feature_dim=feature_dim)
+        return open_input(x_path, y, what=what, ndim=ndim, feature_dim=feature_dim, storage_options=storage_options)
     except ValueError as err:
         raise ValueError(f"--y {y!r} is neither a path nor a variable of {x_path}: {err}") from err
 
@@ -169,10 +177,16 @@ def _drained_threads():
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _write_group(tmp: Path, arrays: dict, attrs: dict) -> None:
-    """Compute ``arrays`` (dask arrays or DataArrays) into a new Zarr group at ``tmp``, in one pass."""
+def _write_group(tmp, arrays: dict, attrs: dict, storage_options: dict | None = None) -> None:
+    """Compute ``arrays`` (dask arrays or DataArrays) into a new Zarr group at ``tmp``, in one pass.
+
+    With ``storage_options`` (``tmp`` a URL), the metadata of the group is written last:
+    until then no Zarr group is at ``tmp``.
+    """
     import xarray as xr
     import zarr
+
+    remote = {} if storage_options is None else {"storage_options": storage_options}
 
     if any(isinstance(a, xr.DataArray) for a in arrays.values()):
         ds = xr.Dataset({name: a.rename(name) for name, a in arrays.items()})
@@ -182,28 +196,58 @@ def _write_group(tmp: Path, arrays: dict, attrs: dict) -> None:
         for var in ds.variables.values():
             var.encoding = {}
         ds.attrs[OUTPUT_ATTR] = attrs
+        if storage_options is None:
+            with _drained_threads():
+                ds.to_zarr(str(tmp), mode="w-", consolidated=False, zarr_format=3)
+            return
+        writes = ds.to_zarr(str(tmp), mode="w-", consolidated=False, zarr_format=3, compute=False, **remote)
+        fs, root = _group_metadata(tmp, storage_options)
+        metadata = fs.cat_file(root)
+        fs.rm(root)  # put back once every chunk is written
         with _drained_threads():
-            ds.to_zarr(str(tmp), mode="w-", consolidated=False, zarr_format=3)
+            writes.compute()
+        fs.pipe_file(root, metadata)
         return
-    group = zarr.open_group(str(tmp), mode="w-", zarr_format=3)
+    if storage_options is None:
+        group = zarr.open_group(str(tmp), mode="w-", zarr_format=3)
+    else:
+        group = zarr.open_group(str(tmp), mode="w-", zarr_format=3, attributes={OUTPUT_ATTR: attrs}, **remote)
     sources, targets = [], []
     for name, arr in arrays.items():
         arr = _regular(da.asarray(arr))
         chunks = tuple(max(c) if c else 1 for c in arr.chunks)
         targets.append(group.create_array(name, shape=arr.shape, chunks=chunks, dtype=arr.dtype))
         sources.append(arr)
+    if storage_options is not None:  # the group's metadata goes last: removed here, written again below
+        fs, root = _group_metadata(tmp, storage_options)
+        metadata = fs.cat_file(root)
+        fs.rm(root)
     with _drained_threads():
         da.store(sources, targets, lock=False)
+    if storage_options is not None:
+        fs.pipe_file(root, metadata)
+        return
     group.attrs[OUTPUT_ATTR] = attrs
 
 
-def write_output(path, arrays: dict, attrs: dict, overwrite: bool = False) -> Path:
+def _group_metadata(url: str, storage_options: dict):
+    """The filesystem of ``url`` and the path of the metadata of the Zarr group there."""
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(url, **storage_options)
+    return fs, root.rstrip("/") + "/zarr.json"
+
+
+def write_output(path, arrays: dict, attrs: dict, overwrite: bool = False, storage_options: dict | None = None):
     """Compute the lazy ``arrays`` into a new Zarr store at ``path``, atomically.
 
     Parameters
     ----------
-    path : str or Path
-        The output store: a complete store appears there, or nothing.
+    path : str, Path or URL
+        The output store: a complete store appears there, or nothing. On an object store
+        (a URL with ``storage_options``) the group's metadata is written last, so Zarr and
+        xarray open nothing there until every chunk is written; a write that fails
+        deletes what it wrote, and ``overwrite`` deletes the previous store first.
     arrays : dict of str to dask array or xarray.DataArray
         Named outputs (``components``, ``U``/``V``, ``prediction``, ``proba``); DataArrays
         are written as an xarray Dataset, keeping their coordinates.
@@ -211,18 +255,36 @@ def write_output(path, arrays: dict, attrs: dict, overwrite: bool = False) -> Pa
         Provenance stored in the group attribute ``dsgd_dask_output``.
     overwrite : bool
         Replace an existing store at ``path``.
+    storage_options : dict, optional
+        Options of the fsspec filesystem of a URL (``s3://``, ``gs://``, ``memory://``...).
 
     Returns
     -------
-    Path
+    Path or RemoteLocation
     """
+    location = store_location(path, storage_options, "--out")
+    if isinstance(location, RemoteLocation):
+        if location.entries():
+            if not overwrite:
+                raise FileExistsError(f"{location} exists; pass overwrite=True (--overwrite on the command line) "
+                                      "to replace it")
+            location.fs.rm(location.root, recursive=True)
+        try:
+            _write_group(location.url, arrays, attrs, location.storage_options)
+        except BaseException:
+            if location.entries():
+                location.fs.rm(location.root, recursive=True)
+            raise
+        return location
     with atomic_directory(path, overwrite, "--out") as (tmp, _):
         _write_group(tmp, arrays, attrs)
     return Path(path)
 
 
-def read_model_attrs(path) -> tuple[dict, dict]:
+def read_model_attrs(path, storage_options: dict | None = None) -> tuple[dict, dict]:
     """The attributes of a model store and its format entry, without reading its arrays.
+
+    ``storage_options``: those of the fsspec filesystem of a URL.
 
     Raises
     ------
@@ -231,11 +293,7 @@ def read_model_attrs(path) -> tuple[dict, dict]:
     StoreError
         ``path`` is not a dsgd_dask model store.
     """
-    import zarr
-
-    node = _open_node(str(local_path(path, "MODEL")), "MODEL")
-    if not isinstance(node, zarr.Group):
-        raise StoreError(f"{path} is a Zarr array, not a dsgd_dask model store (is it a data store?)")
+    node = open_store_group(path, storage_options, "MODEL")
     attrs = dict(node.attrs)
     meta = attrs.pop(_META, None)
     if not isinstance(meta, dict) or meta.get("kind") != "model":

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from dsgd_dask.engine.steps import StepState
-from dsgd_dask.model.store import read_store, write_store
+from dsgd_dask.model.store import RemoteLocation, read_store, write_store
 from dsgd_dask.streams.fingerprint import fingerprint_difference
 
 _AFRESH = "to start afresh, delete it or choose another checkpoint path"
@@ -72,7 +72,10 @@ def read_checkpoint(path: Path, fingerprint: str, driver: str | None, *, paramet
     ``"passes"``: the pass driver). A checkpoint without input fingerprints is refused
     when ``inputs`` are given.
     """
-    if not path.exists() and not list(path.parent.glob(f".{path.name}.old-*")):
+    if isinstance(path, RemoteLocation):
+        if path.state() == "empty":  # nothing, or only versions of saves that did not commit
+            return None
+    elif not path.exists() and not list(path.parent.glob(f".{path.name}.old-*")):
         return None
     attrs, arrays = read_store(path, "checkpoint")
     saved_parameters = attrs.get("parameters")
@@ -109,8 +112,9 @@ class Checkpointer:
 
     Parameters
     ----------
-    path : str or Path
-        Zarr group of the checkpoint (replaced atomically at each write).
+    path : str, Path or RemoteLocation
+        Zarr group of the checkpoint (replaced atomically at each write), local or on an
+        object store (:func:`~dsgd_dask.model.store.store_location`).
     every : int
         Steps between writes.
     fingerprint : str
@@ -132,7 +136,7 @@ class Checkpointer:
 
     def __init__(self, path, every: int, fingerprint: str, *, parameters: dict | None = None,
                  inputs: dict | None = None):
-        self.path = Path(path)
+        self.path = path if isinstance(path, RemoteLocation) else Path(path)
         self.every = int(every)
         self.fingerprint = fingerprint
         self.parameters = parameters
@@ -197,8 +201,8 @@ class PassCheckpoint:
 
     Parameters
     ----------
-    path : str or Path
-        Zarr group of the checkpoint (replaced at each write).
+    path : str, Path or RemoteLocation
+        Zarr group of the checkpoint (replaced at each write), local or on an object store.
     fingerprint : str
         Identifies the fit (:func:`fit_fingerprint`).
     parameters : dict, optional
@@ -217,7 +221,7 @@ class PassCheckpoint:
     DRIVER = "passes"
 
     def __init__(self, path, fingerprint: str, *, parameters: dict | None = None, inputs: dict | None = None):
-        self.path = Path(path)
+        self.path = path if isinstance(path, RemoteLocation) else Path(path)
         self.fingerprint = fingerprint
         self.parameters = parameters
         self.inputs = inputs

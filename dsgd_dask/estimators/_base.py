@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+import re
+
 import numpy as np
 from sklearn.utils.validation import validate_data
 
@@ -9,6 +13,7 @@ from dsgd_dask._validation import root_seed
 from dsgd_dask.features.bandwidth import MEDIAN_SAMPLE, DataScale, check_resolution, check_scale, median_bandwidth
 from dsgd_dask.features.blocks import RandomFeatures
 from dsgd_dask.features.kernels import KernelSpec, parse_kernel
+from dsgd_dask.model.store import using_storage_options
 from dsgd_dask.streams.inputs import (
     DataView,
     as_view,
@@ -159,3 +164,55 @@ def kernel_spec(kernel, bandwidth, kernel_params, sample: np.ndarray, what: str 
         check_scale(scale, spec.bandwidth, "float64", power=2)
         check_resolution(scale, spec.bandwidth)
     return spec
+
+
+_STORAGE_OPTIONS_DOC = """storage_options : dict, optional
+    Options of the fsspec filesystem (``endpoint_url``, ``key``, ``secret``... for
+    ``s3://``) of the inputs given as URLs of Zarr arrays, and of the ``checkpoint`` when
+    it is a URL (``{}``: the filesystem's defaults). Used for this call only: never stored
+    with the model or the checkpoint.
+"""
+
+
+def accepts_storage_options(method):
+    """Decorate a public method so that it takes ``storage_options=None``, in force while it runs.
+
+    Inputs given as paths are opened, and a checkpoint on an object store is written, with
+    these options (:func:`~dsgd_dask.model.store.using_storage_options`); the keyword is
+    added to the method's signature and to the Parameters section of its docstring.
+    """
+
+    @functools.wraps(method)
+    def with_options(self, *args, storage_options=None, **kwargs):
+        with using_storage_options(storage_options):
+            return method(self, *args, **kwargs)
+
+    signature = inspect.signature(method)
+    params = list(signature.parameters.values())
+    keyword = inspect.Parameter("storage_options", inspect.Parameter.KEYWORD_ONLY, default=None)
+    at = next((i for i, p in enumerate(params) if p.kind is inspect.Parameter.VAR_KEYWORD), len(params))
+    with_options.__signature__ = signature.replace(parameters=[*params[:at], keyword, *params[at:]])
+    with_options.__doc__ = _with_parameter_doc(method.__doc__, _STORAGE_OPTIONS_DOC)
+    return with_options
+
+
+def _with_parameter_doc(doc: str | None, entry: str) -> str | None:
+    """``doc`` with ``entry`` appended to its numpydoc Parameters section, or as a paragraph without one."""
+    if not doc:
+        return doc
+    lines = doc.splitlines()
+    heads = [i for i in range(len(lines) - 1) if lines[i].strip() == "Parameters" and re.fullmatch(
+        r"\s*-+", lines[i + 1])]
+    if not heads:
+        name, _, text = entry.partition("\n")
+        return f"{doc.rstrip()}\n\n{lines[-1] if len(lines) > 1 and not lines[-1].strip() else ''}" \
+            f"``{name.split(' : ')[0]}`` ({name.split(' : ')[1]}): {' '.join(text.split())}"
+    indent = lines[heads[0]][: len(lines[heads[0]]) - len(lines[heads[0]].lstrip())]
+    end = heads[0] + 2
+    while end < len(lines) and not (end + 1 < len(lines) and lines[end].strip()
+                                    and re.fullmatch(r"\s*-+", lines[end + 1])):
+        end += 1
+    while end > heads[0] + 2 and not lines[end - 1].strip():
+        end -= 1
+    added = [indent + line if line else "" for line in entry.rstrip("\n").splitlines()]
+    return "\n".join([*lines[:end], *added, *lines[end:]])

@@ -12,13 +12,17 @@ def _registry() -> dict:
     return dict(REGISTRY)
 
 
-def load(path):
+def load(path, *, storage_options=None):
     """Load an estimator saved with ``save(path)``.
 
     Parameters
     ----------
-    path : str, os.PathLike or file:// URL
-        A store written by an estimator's ``save``, on a local filesystem.
+    path : str, os.PathLike or URL
+        A store written by an estimator's ``save``: a local path or ``file://`` URL, or any
+        other fsspec URL (``s3://``, ``memory://``...) with ``storage_options``.
+    storage_options : dict, optional
+        Options of the fsspec filesystem of a URL (``endpoint_url``, ``key``, ``secret``...
+        for ``s3://``; ``{}`` for its defaults).
 
     Returns
     -------
@@ -30,11 +34,13 @@ def load(path):
     FileNotFoundError
         Nothing at ``path``.
     ValueError
-        ``path`` is a URL of another protocol than ``file://``; or it is not a saved model
-        (e.g. a data store), was written in another format version, is truncated or
-        corrupt, or its attributes were edited (they do not match their checksum).
+        ``path`` is a ``file://`` URL of another host; or it is not a saved model (e.g. a
+        data store), was written in another format version, is truncated or corrupt, or
+        its attributes were edited (they do not match their checksum); on an object store
+        also: it has no valid commit record (a save that did not finish), or does not
+        match it.
     """
-    attrs, arrays = read_store(path, "model")
+    attrs, arrays = read_store(path, "model", storage_options)
     name = attrs.get("estimator")
     registry = _registry()
     if isinstance(name, str) and name.startswith("DSGD") and name[4:] in registry:

@@ -9,6 +9,7 @@ themselves with :func:`register`, so :func:`dsgd_dask.load` finds any of them by
 from __future__ import annotations
 
 import hashlib
+import os
 from contextlib import nullcontext
 
 import numpy as np
@@ -21,7 +22,7 @@ from dsgd_dask.features.blocks import RandomFeatures
 from dsgd_dask.features.kernels import KernelSpec
 from dsgd_dask.features.nystroem import NystroemFeatures
 from dsgd_dask.model.expansion import KernelExpansion
-from dsgd_dask.model.store import StoreError, local_path, write_store
+from dsgd_dask.model.store import StoreError, store_location, write_store
 from dsgd_dask.progress import step_bar
 from dsgd_dask.streams.batches import chunk_tasks, skip_done
 from dsgd_dask.streams.fingerprint import data_fingerprint
@@ -104,7 +105,8 @@ class StepEstimatorMixin(RandomFeatureEstimatorMixin):
         if self.checkpoint is None:
             return None, None
         every = int(self.checkpoint_every)
-        ckpt = Checkpointer(local_path(self.checkpoint, "checkpoint"), every, **self._checkpoint_identity(inputs))
+        location = store_location(self.checkpoint, what="checkpoint")
+        ckpt = Checkpointer(location, every, **self._checkpoint_identity(inputs))
         return ckpt, ckpt.existing()
 
     def _pass_checkpoint(self, inputs: dict) -> PassCheckpoint | None:
@@ -119,7 +121,7 @@ class StepEstimatorMixin(RandomFeatureEstimatorMixin):
         """
         if self.checkpoint is None:
             return None
-        return PassCheckpoint(local_path(self.checkpoint, "checkpoint"), **self._checkpoint_identity(inputs))
+        return PassCheckpoint(store_location(self.checkpoint, what="checkpoint"), **self._checkpoint_identity(inputs))
 
     def _run_steps(self, view, n_steps: int, epoch_offset: int, callback=None, checkpointer=None) -> None:
         """Run steps ``[step0, step0 + n_steps)`` of the plan that starts at ``self.state_.step``.
@@ -173,7 +175,7 @@ class StepEstimatorMixin(RandomFeatureEstimatorMixin):
         return f if isinstance(f, tuple) else (f,)
 
     # -- persistence -------------------------------------------------------------------
-    def save(self, path, overwrite: bool = False):
+    def save(self, path, overwrite: bool = False, *, storage_options=None):
         """Save the fitted model as a Zarr group (feature definitions, coefficient blocks, parameters).
 
         The store is written atomically, and its attributes and arrays are verified by
@@ -183,27 +185,35 @@ class StepEstimatorMixin(RandomFeatureEstimatorMixin):
 
         Parameters
         ----------
-        path : str, os.PathLike or file:// URL
-            Directory of the new Zarr group, on a local (or network-mounted) filesystem:
-            the atomic write renames a temporary directory into place, so other URLs
-            (``s3://``, ``memory://``...) raise a ``ValueError``.
+        path : str, os.PathLike or URL
+            Directory of the new Zarr group. On a local (or network-mounted) filesystem
+            (a path or a ``file://`` URL) a temporary directory is renamed into place. Any
+            other fsspec URL (``s3://``, ``gs://``, ``memory://``...) is written on its
+            object store: the arrays under a fresh prefix, then a commit record that names
+            them, last; the previous model stays loadable until it lands.
         overwrite : bool, default=False
             Replace an existing store at ``path``.
+        storage_options : dict, optional
+            Options of the fsspec filesystem of a URL (``endpoint_url``, ``key``,
+            ``secret``... for ``s3://``); ``None``: the filesystem's defaults (for
+            ``s3://``, credentials from the environment). Not stored.
 
         Returns
         -------
-        path : Path
+        path : Path or RemoteLocation
         """
         from sklearn.utils.validation import check_is_fitted
 
         check_is_fitted(self, ["state_", "n_iter_"])
         attrs, arrays = self._fitted_payload()
-        return write_store(path, "model", attrs, arrays, overwrite=overwrite)
+        return write_store(path, "model", attrs, arrays, overwrite=overwrite, storage_options=storage_options)
 
     def _params_payload(self) -> dict:
         params = self.get_params()
         if not (params["random_state"] is None or isinstance(params["random_state"], int | np.integer)):
             params["random_state"] = None  # a generator object: the model is defined by seed_
+        if isinstance(params.get("checkpoint"), os.PathLike):
+            params["checkpoint"] = os.fspath(params["checkpoint"])
         return params
 
     def _input_payload(self) -> dict:

@@ -379,10 +379,10 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
         return vy
 
     # -- persistence -----------------------------------------------------------------------
-    def save(self, path, overwrite: bool = False):
+    def save(self, path, overwrite: bool = False, *, storage_options=None):
         check_is_fitted(self, "models_")  # a model fitted without steps has no state_
         attrs, arrays = self._fitted_payload()
-        return write_store(path, "model", attrs, arrays, overwrite=overwrite)
+        return write_store(path, "model", attrs, arrays, overwrite=overwrite, storage_options=storage_options)
 
     save.__doc__ = StepEstimatorMixin.save.__doc__
 

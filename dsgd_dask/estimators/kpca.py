@@ -18,6 +18,7 @@ from dsgd_dask.engine.passes import PassTotals, covariance_request, covariance_t
 from dsgd_dask.engine.ridge import JointNystroemBlocks
 from dsgd_dask.engine.steps import StepConfig, StepState
 from dsgd_dask.estimators._atomic import atomic_fit
+from dsgd_dask.estimators._base import accepts_storage_options
 from dsgd_dask.estimators._constraints import AUTO, COUNT, KERNEL, NON_NEGATIVE, STEPS, solver_constraint
 from dsgd_dask.estimators._solvers import Clock, check_partial_fit, check_solver, record, renamed
 from dsgd_dask.estimators._steps import (
@@ -437,6 +438,7 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
         self.random_state = random_state
 
     # -- fitting -----------------------------------------------------------------------
+    @accepts_storage_options
     @_fit_context(prefer_skip_nested_validation=True)
     @atomic_fit
     def fit(self, X, y=None, *, callback=None):
@@ -490,6 +492,7 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
         self._finalise(self._sample)
         del self._sample, self._clock
 
+    @accepts_storage_options
     @_fit_context(prefer_skip_nested_validation=True)
     @atomic_fit
     def partial_fit(self, X, y=None):
@@ -826,6 +829,7 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
         return (f,)
 
     # -- transforming ------------------------------------------------------------------
+    @accepts_storage_options
     def transform(self, X):
         """Project ``X`` on the fitted components.
 

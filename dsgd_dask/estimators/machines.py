@@ -34,7 +34,7 @@ from dsgd_dask.engine.driver import run_passes
 from dsgd_dask.engine.ridge import CGSolver, precision_ridge
 from dsgd_dask.engine.steps import StepConfig, StepState
 from dsgd_dask.estimators._atomic import atomic_fit
-from dsgd_dask.estimators._base import kernel_spec
+from dsgd_dask.estimators._base import accepts_storage_options, kernel_spec
 from dsgd_dask.estimators._constraints import AUTO, KERNEL, NON_NEGATIVE, STEPS, solver_constraint
 from dsgd_dask.estimators._solvers import Clock, check_partial_fit, check_solver, record
 from dsgd_dask.estimators._steps import model_fingerprint, register
@@ -245,6 +245,7 @@ class _KernelMachine(ComponentStepEstimator):
         return self.models_[0]
 
     # -- fitting ---------------------------------------------------------------------------
+    @accepts_storage_options
     @_fit_context(prefer_skip_nested_validation=True)
     @atomic_fit
     def fit(self, X, y, *, callback=None):
@@ -280,6 +281,7 @@ class _KernelMachine(ComponentStepEstimator):
             values = numeric_array(values, "y")
         return values
 
+    @accepts_storage_options
     @_fit_context(prefer_skip_nested_validation=True)
     @atomic_fit
     def partial_fit(self, X, y, classes=None):
@@ -606,6 +608,7 @@ class KernelRidge(RegressorMixin, _KernelMachine):
             p["max_iter"] = CG_MAX_PASSES
         return {**p, "tol": tol, "preconditioner": pre}
 
+    @accepts_storage_options
     @_fit_context(prefer_skip_nested_validation=True)
     @atomic_fit
     def fit(self, X, y, *, callback=None):
@@ -743,6 +746,7 @@ class KernelRidge(RegressorMixin, _KernelMachine):
         tags.target_tags.single_output = True
         return tags
 
+    @accepts_storage_options
     def predict(self, X):
         """Predictions ``f(X)``: ``(n,)`` for a 1-D ``y`` in fit, else ``(n, c)``; lazy on lazy input."""
         check_is_fitted(self, "models_")
@@ -791,6 +795,7 @@ class _KernelClassifier(ClassifierMixin, _KernelMachine):
             return values.map_blocks(partial(np.searchsorted, self.classes_), dtype=np.intp).astype(np.float64)
         return np.searchsorted(self.classes_, values).astype(np.float64)
 
+    @accepts_storage_options
     def decision_function(self, X):
         """``f(X)``: the machine's outputs (one column for binary classifiers, raveled).
 
@@ -807,6 +812,7 @@ class _KernelClassifier(ClassifierMixin, _KernelMachine):
     def _encoder(self):
         return Signs(len(self.classes_))
 
+    @accepts_storage_options
     def predict(self, X):
         """The class of every row of ``X`` (lazy on lazy input)."""
         scores = self.decision_function(X)
@@ -828,6 +834,7 @@ class _KernelClassifier(ClassifierMixin, _KernelMachine):
         sample_only = scores.isel({scores.dims[1]: 0}, drop=True) if scores.ndim == 2 else scores
         return sample_only.copy(data=out)
 
+    @accepts_storage_options
     def score(self, X, y, sample_weight=None):
         """Mean accuracy of :meth:`predict` on ``X`` against ``y``.
 
@@ -960,6 +967,7 @@ class KernelLogisticRegression(_KernelClassifier):
     def _encoder(self):
         return Signs(2) if len(self.classes_) == 2 else Codes()
 
+    @accepts_storage_options
     def predict_proba(self, X):
         """Class probabilities ``(n, n_classes)``, columns in the order of ``classes_`` (lazy on lazy input)."""
         check_is_fitted(self, "models_")

@@ -16,6 +16,7 @@ from dsgd_dask.baselines.exact_two_view import check_two_view_size, exact_sir, m
 from dsgd_dask.baselines.rca import SHIFT_ROWS, sections
 from dsgd_dask.engine.rca import rca_moments
 from dsgd_dask.estimators._atomic import atomic_fit
+from dsgd_dask.estimators._base import accepts_storage_options
 from dsgd_dask.estimators._constraints import COUNT, KERNEL, POSITIVE, STEPS, solver_constraint
 from dsgd_dask.estimators._solvers import Clock, check_partial_fit, check_solver, record
 from dsgd_dask.estimators._steps import model_fingerprint, register
@@ -258,6 +259,7 @@ class KernelSIR(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ComponentStep
         self.verbose = verbose
         self.random_state = random_state
 
+    @accepts_storage_options
     @_fit_context(prefer_skip_nested_validation=True)
     @atomic_fit
     def fit(self, X, y, *, callback=None):
@@ -286,6 +288,7 @@ class KernelSIR(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ComponentStep
         self.solver_ = solver
         return self
 
+    @accepts_storage_options
     @_fit_context(prefer_skip_nested_validation=True)
     @atomic_fit
     def partial_fit(self, X, y):
@@ -314,6 +317,7 @@ class KernelSIR(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ComponentStep
         self.solver_ = "dsgd"
         return self
 
+    @accepts_storage_options
     def transform(self, X):
         """The fitted directions ``f_i(X)``, centred on the fit sample.
 
@@ -455,10 +459,10 @@ class KernelSIR(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ComponentStep
         return vals, model, run.records
 
     # -- persistence -------------------------------------------------------------------------
-    def save(self, path, overwrite: bool = False):
+    def save(self, path, overwrite: bool = False, *, storage_options=None):
         check_is_fitted(self, "models_")  # a model of any solver (only "dsgd" keeps a step state)
         attrs, arrays = self._fitted_payload()
-        return write_store(path, "model", attrs, arrays, overwrite=overwrite)
+        return write_store(path, "model", attrs, arrays, overwrite=overwrite, storage_options=storage_options)
 
     save.__doc__ = ComponentStepEstimator.save.__doc__
 

@@ -17,6 +17,7 @@ from dsgd_dask.engine.passes import cross_covariances, cross_request
 from dsgd_dask.engine.ridge import LandmarkPreconditioner, precision_ridge
 from dsgd_dask.engine.steps import StepState
 from dsgd_dask.estimators._atomic import atomic_fit
+from dsgd_dask.estimators._base import accepts_storage_options
 from dsgd_dask.estimators._constraints import COUNT, POSITIVE, STEPS, TWO_VIEW_KERNELS, solver_constraint
 from dsgd_dask.estimators._solvers import Clock, check_partial_fit, check_solver, record
 from dsgd_dask.estimators._steps import model_fingerprint, register
@@ -159,6 +160,7 @@ class _TwoViewEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Compo
         solver = check_solver(self, self.features)
         return self._auto_solver(self.features) if solver == "auto" else solver
 
+    @accepts_storage_options
     @_fit_context(prefer_skip_nested_validation=True)
     @atomic_fit
     def fit(self, X, Y, *, callback=None):
@@ -195,6 +197,7 @@ class _TwoViewEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Compo
         self.solver_ = solver
         return self
 
+    @accepts_storage_options
     @_fit_context(prefer_skip_nested_validation=True)
     @atomic_fit
     def partial_fit(self, X, Y):
@@ -227,6 +230,7 @@ class _TwoViewEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Compo
         self.solver_ = "dsgd"
         return self
 
+    @accepts_storage_options
     def transform(self, X, Y=None):
         """The fitted functions on ``X`` (and ``Y``).
 
@@ -250,6 +254,7 @@ class _TwoViewEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Compo
             return U
         return U, self._transform_view(1, Y, "y")
 
+    @accepts_storage_options
     def score(self, X, Y):
         """Sum over the components of the correlation of ``f_i(X)`` with ``g_i(Y)`` (computed).
 

@@ -86,23 +86,34 @@ def is_lazy_input(X) -> bool:
     return isinstance(X, da.Array) or _is_zarr_array(X)
 
 
-def open_zarr_node(path, what: str = "X"):
-    """The Zarr array or group at ``path`` (a local path or URL), read-only; a clear error if it is not one."""
+def open_zarr_node(path, what: str = "X", storage_options: dict | None = None):
+    """The Zarr array or group at ``path`` (a local path or URL), read-only; a clear error if it is not one.
+
+    ``storage_options`` (default: those of the enclosing
+    :func:`~dsgd_dask.model.store.using_storage_options` block) are the options of the
+    fsspec filesystem of a URL; a local path ignores them.
+    """
     import zarr
 
+    from dsgd_dask.model.store import check_storage_options, current_storage_options
+
+    options = check_storage_options(storage_options)
+    if options is None:
+        options = current_storage_options()
+    remote = options is not None and "://" in str(path) and not str(path).startswith("file://")
     try:
-        return zarr.open(str(path), mode="r")
+        return zarr.open(str(path), mode="r", **({"storage_options": options} if remote else {}))
     except FileNotFoundError:
         raise
     except Exception as err:
         raise ValueError(f"{what}={str(path)!r} is not a readable Zarr store ({type(err).__name__}: {err})") from err
 
 
-def open_zarr_path(path, what: str = "X"):
+def open_zarr_path(path, what: str = "X", storage_options: dict | None = None):
     """The Zarr array at ``path`` (a local path or URL), with a clear error for anything else."""
     import zarr
 
-    node = open_zarr_node(path, what)
+    node = open_zarr_node(path, what, storage_options)
     if isinstance(node, zarr.Group):
         arrays = sorted(name for name, _ in node.arrays())
         raise ValueError(
@@ -123,17 +134,18 @@ def _dataset_variable(ds, what: str):
     return ds[names[0]]
 
 
-def as_view(X, what: str = "X") -> DataView:
+def as_view(X, what: str = "X", storage_options: dict | None = None) -> DataView:
     """Validate and wrap a dask array, Zarr array or xarray DataArray (numpy-backed allowed).
 
     Numpy and array-likes go through scikit-learn's ``validate_data`` in the estimators;
     this handles the lazy and labelled inputs, checking dtype, shape and chunks without
-    computing anything. A path opens the Zarr array there; an xarray Dataset must hold a
-    single 2-D data variable (else pass ``ds[name]``).
+    computing anything. A path opens the Zarr array there (a URL with ``storage_options``,
+    the options of its fsspec filesystem); an xarray Dataset must hold a single 2-D data
+    variable (else pass ``ds[name]``).
     """
     dims = coords = None
     if isinstance(X, str | os.PathLike):
-        X = open_zarr_path(X, what)
+        X = open_zarr_path(X, what, storage_options)
     if _is_dataset(X):
         X = _dataset_variable(X, what)
     source = X
