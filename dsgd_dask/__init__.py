@@ -14,6 +14,7 @@ from dsgd_dask.estimators import (
 from dsgd_dask.estimators._persistence import load
 from dsgd_dask.features import KERNELS, KernelSpec, RandomFeatures, kernel_matrix, median_bandwidth
 from dsgd_dask.model import KernelExpansion
+from dsgd_dask.preprocessing import SamplePCA, UnitNorm
 
 __version__ = "0.1.0"
 
@@ -30,6 +31,8 @@ __all__ = [
     "KernelSVD",
     "KernelSpec",
     "RandomFeatures",
+    "SamplePCA",
+    "UnitNorm",
     "__version__",
     "datasets",
     "kernel_matrix",

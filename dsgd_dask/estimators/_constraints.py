@@ -68,6 +68,10 @@ STEPS: dict[str, list] = {
 }
 
 
+#: ``preconditioner`` of the kernel classifiers' steps: none or each step's block's own second moment.
+STEP_PRECONDITIONER: dict[str, list] = {"preconditioner": [StrOptions({"block"}), None]}
+
+
 def solver_constraint(estimator: str) -> dict[str, list]:
     """``solver``: ``"auto"`` or a solver of ``estimator`` in :data:`~dsgd_dask.estimators._solvers.SOLVERS`."""
     return {"solver": [StrOptions({"auto", *SOLVERS[estimator]})]}

@@ -35,7 +35,7 @@ from dsgd_dask.engine.ridge import CGSolver, precision_ridge
 from dsgd_dask.engine.steps import StepConfig, StepState
 from dsgd_dask.estimators._atomic import atomic_fit
 from dsgd_dask.estimators._base import accepts_storage_options, kernel_spec
-from dsgd_dask.estimators._constraints import AUTO, KERNEL, NON_NEGATIVE, STEPS, solver_constraint
+from dsgd_dask.estimators._constraints import AUTO, KERNEL, NON_NEGATIVE, STEP_PRECONDITIONER, STEPS, solver_constraint
 from dsgd_dask.estimators._solvers import Clock, check_partial_fit, check_solver, record
 from dsgd_dask.estimators._steps import model_fingerprint, register
 from dsgd_dask.estimators.components import JOINT_STEPS_MAX_FEATURES, N_SAMPLE, ComponentStepEstimator, sections
@@ -64,6 +64,8 @@ LANDMARK_MAX_FEATURES = 32768
 N_SHIFT = 2000
 #: ``eta_decay="auto"`` without a regulariser (no strong convexity): the schedule of the component rules.
 AUTO_DECAY_UNREGULARISED = 0.01
+#: ``eta_decay="auto"`` of block-preconditioned steps: Dai et al.'s ``eta_t = 1 / (1 + 1e-4 t)``.
+AUTO_DECAY_PRECONDITIONED = 1e-4
 
 
 @dataclass(frozen=True)
@@ -123,11 +125,15 @@ _MACHINE_PARAMS = """\
         ``theta_0`` of the step ``eta_t = theta_0 / (L (1 + theta_1 t))``, relative to the
         curvature ``L`` of the loss (the top eigenvalue of the first block's second moment
         on a sample, times the loss's curvature bound, plus ``alpha``), so that the default
-        works on any data scale.
+        works on any data scale. Block-preconditioned steps (``preconditioner="block"``)
+        have a unit second moment in place of the eigenvalue: ``L`` is the loss's
+        curvature bound plus ``alpha`` (1 squared and hinge, 1/4 logistic, 1/2 softmax),
+        so the default ``eta0`` gives softmax steps Dai et al.'s ``theta_0 = 1``.
     eta_decay : float or "auto", default="auto"
         ``theta_1``; ``"auto"``: ``theta_0 alpha / L``, which makes the step
         ``1 / (alpha (t + t_0))``, the schedule of strongly convex stochastic gradient
-        descent (0.01 when ``alpha = 0``).
+        descent (0.01 when ``alpha = 0``); with ``preconditioner="block"``, ``1e-4``
+        whatever ``alpha`` (Dai et al.'s ``eta_t = 1 / (1 + 1e-4 t)`` for softmax).
     compute_dtype, cache_bytes, checkpoint, checkpoint_every, verbose, random_state
         As for :class:`~dsgd_dask.KernelCCA`."""
 
@@ -145,7 +151,23 @@ _CLASSIFIER_ALPHA = """\
 _CLASSIFIER_SOLVER = """\
     solver : {"auto", "dsgd"}, default="auto"
         ``"dsgd"``: doubly stochastic gradient steps (Dai et al. 2014), the only solver;
-        ``"auto"`` picks it."""
+        ``"auto"`` picks it.
+    preconditioner : {None, "block"}, default=None
+        How a step feeds its block. ``None``: the functional gradient through the block,
+        ``-eta z^T g / B`` on a batch of ``B`` rows (``g`` the loss's gradient in ``f``).
+        ``"block"``: Dai et al.'s own code, the gradient multiplied by the inverse of the
+        block's second moment on the batch, ``-eta (C + epsilon I)^{-1} z^T g / B`` with
+        ``C = z^T z / B`` and ``epsilon = 1e-6 tr(C) / m``
+        (:data:`~dsgd_dask.rules.machines.BLOCK_JITTER`): a Newton-like fit of the
+        residual by the new block, which takes far fewer steps, each ``O(B m^2 + m^3)``
+        (large batches, blocks of a few thousand features; the batch must be several
+        times the block, which would interpolate a batch as wide as itself: the paper
+        takes 2048 frequencies on batches of 8192 rows, and a batch never spans more
+        rows than a chunk of dask input). The steps start with no block and each adds a
+        new one while the budget lasts, so with ``n_features = max_iter * block_size`` no
+        block is visited twice, as in the paper. ``eta0`` and ``eta_decay`` resolve
+        otherwise (below). Memory: the coefficients, ``n_features`` per output, and one
+        block's ``m x m`` second moment."""
 
 _STEP_ATTRIBUTES = """\
     solver_ : str
@@ -168,15 +190,17 @@ class _KernelMachine(ComponentStepEstimator):
     #: The classifiers have no other solver: their steps whiten each Nyström block on its own
     #: and penalise the norm under the blocks' average kernel (of ``J`` Nyström kernels).
     _joint_steps = False
-    _parameter_constraints: ClassVar[dict] = {**STEPS, **KERNEL, "alpha": NON_NEGATIVE,
+    _parameter_constraints: ClassVar[dict] = {**STEPS, **KERNEL, **STEP_PRECONDITIONER, "alpha": NON_NEGATIVE,
                                               "eta_decay": [*NON_NEGATIVE, AUTO]}
 
-    def __init__(self, alpha=1e-4, *, solver="auto", kernel="gaussian", bandwidth="median", kernel_params=None,
-                 features="nystroem", n_features="auto", block_size="auto", batch_size=256, max_iter="auto",
-                 shuffle_chunks=1, n_partitions=1, eta0=0.5, eta_decay="auto", compute_dtype="float32",
-                 cache_bytes=None, checkpoint=None, checkpoint_every=100, verbose=False, random_state=None):
+    def __init__(self, alpha=1e-4, *, solver="auto", preconditioner=None, kernel="gaussian", bandwidth="median",
+                 kernel_params=None, features="nystroem", n_features="auto", block_size="auto", batch_size=256,
+                 max_iter="auto", shuffle_chunks=1, n_partitions=1, eta0=0.5, eta_decay="auto",
+                 compute_dtype="float32", cache_bytes=None, checkpoint=None, checkpoint_every=100, verbose=False,
+                 random_state=None):
         self.alpha = alpha
         self.solver = solver
+        self.preconditioner = preconditioner
         self.kernel = kernel
         self.bandwidth = bandwidth
         self.kernel_params = kernel_params
@@ -208,7 +232,12 @@ class _KernelMachine(ComponentStepEstimator):
         p["alpha"] = float(self.alpha)
         p["solver"] = solver
         p["whitening"] = self._steps_whitening(p)
+        p["step_preconditioner"] = self._step_preconditioner()
         return p
+
+    def _step_preconditioner(self):
+        """The preconditioner of the steps: ``None`` or ``"block"``."""
+        return self.preconditioner
 
     def _eta_decay(self, lam: float) -> float:
         # eta_t = theta_0 / (L (1 + theta_1 t)) with theta_1 = theta_0 nu / L is 1 / (nu (t + t_0)):
@@ -217,18 +246,27 @@ class _KernelMachine(ComponentStepEstimator):
         p = self._params
         if self.eta_decay != "auto":
             return p["eta_decay"]
+        if p.get("step_preconditioner") == "block":
+            return AUTO_DECAY_PRECONDITIONED
         return p["eta0"] * p["alpha"] / self._curvature(lam) if p["alpha"] > 0 else AUTO_DECAY_UNREGULARISED
 
     def _curvature(self, lam: float) -> float:
+        if self._params.get("step_preconditioner") == "block":
+            lam = 1.0  # the preconditioned block has a unit second moment
         return self._loss_curvature * lam + self._params["alpha"]
 
     def _guard_limit(self, lam: float, sample: np.ndarray) -> float:
         return MACHINE_GUARD
 
     def _make_rule(self, columns, guard_limit: float):
-        return MachineRule(columns, guard_limit, self._loss, self._params["alpha"], self._encoder())
+        return MachineRule(columns, guard_limit, self._loss, self._params["alpha"], self._encoder(),
+                           preconditioner=self._params.get("step_preconditioner"))
 
     def _initial(self, z, sample, k):
+        if self._params.get("step_preconditioner") == "block":
+            # no block yet: step t feeds block t while the budget lasts, so that with
+            # n_features = max_iter * block_size every step has a new block
+            return (np.zeros((0, k)),)
         return (np.zeros((z[0].shape[1], k)),)
 
     def _finish(self, sample: np.ndarray) -> None:
@@ -495,6 +533,12 @@ class KernelRidge(RegressorMixin, _KernelMachine):
         ``solver="cg"``: stop once every output's residual ``|b - (E[z z^T] + alpha P) a|``
         (``P`` the penalty's matrix) is below ``tol |b|``.
     preconditioner : {{"auto", "block", "landmarks"}}, default="auto"
+        ``solver="dsgd"``: ``"block"`` preconditions every step by the inverse of its
+        block's second moment on the batch (Dai et al.'s own code: at ``eta = 1``, the
+        least-squares fit of the batch's residual by the new block; as for
+        :class:`~dsgd_dask.KernelLogisticRegression`'s ``preconditioner``), ``"auto"``
+        takes the plain steps (the functional gradient) and ``"landmarks"`` is refused.
+
         ``solver="cg"``: the approximation of ``E[z z^T] + alpha P`` whose inverse
         preconditions the passes.
 
@@ -579,14 +623,23 @@ class KernelRidge(RegressorMixin, _KernelMachine):
                  batch_size=256, max_iter="auto", shuffle_chunks=1, n_partitions=1, eta0=0.5, eta_decay="auto",
                  compute_dtype="float32", cache_bytes=None, checkpoint=None, checkpoint_every=100, verbose=False,
                  random_state=None):
-        super().__init__(alpha, solver=solver, kernel=kernel, bandwidth=bandwidth, kernel_params=kernel_params,
+        super().__init__(alpha, solver=solver, preconditioner=preconditioner, kernel=kernel, bandwidth=bandwidth,
+                         kernel_params=kernel_params,
                          features=features, n_features=n_features, block_size=block_size, batch_size=batch_size,
                          max_iter=max_iter, shuffle_chunks=shuffle_chunks, n_partitions=n_partitions, eta0=eta0,
                          eta_decay=eta_decay, compute_dtype=compute_dtype, cache_bytes=cache_bytes,
                          checkpoint=checkpoint, checkpoint_every=checkpoint_every, verbose=verbose,
                          random_state=random_state)
         self.tol = tol
-        self.preconditioner = preconditioner
+
+    def _step_preconditioner(self):
+        if self._solver() != "dsgd":
+            return None
+        if self.preconditioner == "landmarks":
+            raise ValueError("preconditioner='landmarks' is a preconditioner of the passes (solver='cg'); "
+                             "solver='dsgd' takes preconditioner='block' (preconditioned steps) or 'auto' (plain "
+                             "steps)")
+        return "block" if self.preconditioner == "block" else None
 
     def _check_params(self, n_samples: int) -> dict:
         tol, pre = float(self.tol), self.preconditioner
