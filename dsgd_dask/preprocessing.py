@@ -17,6 +17,7 @@ import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
 from sklearn.decomposition import PCA
+from sklearn.preprocessing import normalize
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
 
@@ -38,14 +39,8 @@ def _rows(X, what: str = "X"):
     return X.astype(dtype, copy=False) if isinstance(X, np.ndarray) else X.astype(dtype)
 
 
-def _unit_rows(X: np.ndarray) -> np.ndarray:
-    norms = np.sqrt(np.einsum("ij,ij->i", X, X))
-    norms[norms == 0] = 1
-    return X / norms[:, None]
-
-
 class UnitNorm(TransformerMixin, BaseEstimator):
-    """Scale every row to unit Euclidean norm (rows of zeros stay zero).
+    """Scale every row to unit Euclidean norm (rows of zeros stay zero): scikit-learn's ``normalize``, lazy on dask.
 
     Stateless: :meth:`fit` only records the number of columns. Dask input stays lazy,
     one task per chunk; a dask array chunked along its columns is first rechunked to
@@ -101,8 +96,8 @@ class UnitNorm(TransformerMixin, BaseEstimator):
         if isinstance(X, da.Array):
             if X.numblocks[1] != 1:
                 X = X.rechunk({1: -1})
-            return X.map_blocks(_unit_rows, dtype=X.dtype)
-        return _unit_rows(X)
+            return X.map_blocks(normalize, dtype=X.dtype)
+        return normalize(X)
 
 
 def _project(X: np.ndarray, mean: np.ndarray, components: np.ndarray) -> np.ndarray:

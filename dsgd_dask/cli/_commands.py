@@ -54,18 +54,29 @@ def parse_set(items, valid: dict) -> dict:
         A pair without ``=`` or an unknown parameter (the message lists the valid ones).
     """
     params = {}
-    for item in items or ():
-        key, sep, text = item.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or not key:
-            raise UsageError(f"--set expects key=value, got {item!r}")
+    for item, key, value in _pairs(items, "--set expects key=value"):
+        key = key.replace("-", "_")
         if key not in valid:
             raise UsageError(f"unknown parameter {key!r} in --set {item}; valid parameters: {', '.join(sorted(valid))}")
-        try:
-            params[key] = ast.literal_eval(text.strip())
-        except (ValueError, SyntaxError):
-            params[key] = text.strip()
+        params[key] = value
     return params
+
+
+def _pairs(items, usage: str):
+    """``(item, key, value)`` of ``key=value`` strings, values read as Python literals, else strings.
+
+    A pair without ``=`` or without a key raises :class:`UsageError` with ``usage``.
+    """
+    for item in items or ():
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UsageError(f"{usage}, got {item!r}")
+        try:
+            value = ast.literal_eval(text.strip())
+        except (ValueError, SyntaxError):
+            value = text.strip()
+        yield item, key, value
 
 
 @contextlib.contextmanager
@@ -124,17 +135,7 @@ def parse_storage_options(items) -> dict:
     UsageError
         A pair without ``=`` or without a key.
     """
-    options = {}
-    for item in items or ():
-        key, sep, text = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise UsageError(f"--storage-option expects KEY=VALUE, got {item!r}")
-        try:
-            options[key] = ast.literal_eval(text.strip())
-        except (ValueError, SyntaxError):
-            options[key] = text.strip()
-    return options
+    return {key: value for _, key, value in _pairs(items, "--storage-option expects KEY=VALUE")}
 
 
 def _options(args) -> dict:
