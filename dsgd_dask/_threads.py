@@ -4,10 +4,11 @@ OpenBLAS computes single-precision products differently with one thread and with
 several (the results differ in the last bits), and a ``distributed`` worker runs its
 tasks with one BLAS thread while a laptop runs them with all cores. So that the same
 ``random_state`` gives the same model on any scheduler, the package computes with one
-BLAS thread and parallelises on its own: the feature pages of a step (fixed by the
-model, never by the machine) are evaluated in parallel threads, each with one BLAS
-thread, and their results are added in page order. The products are then the same
-calls with the same shapes everywhere, and so are their results.
+BLAS thread and parallelises on its own: the feature pages of a step and the row slices
+of a pass (fixed by the model and the data's shape, never by the machine) are evaluated
+in parallel threads, each with one BLAS thread, and their results are added in page (or
+slice) order. The products are then the same calls with the same shapes everywhere, and
+so are their results.
 
 While any computation of the package runs, the process's BLAS uses one thread
 (reference counted across threads, so that overlapping computations never restore
@@ -22,8 +23,10 @@ threads once the main thread has set a count), otherwise with threadpoolctl.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -128,6 +131,35 @@ def map_ordered(fn: Callable, items: Sequence, parallel: bool = True) -> list:
     if not parallel or len(items) < 2 or _width < 2 or getattr(_local, "worker", False):
         return [fn(item) for item in items]
     return list(_executor(_width).map(fn, items))
+
+
+def imap_ordered(fn: Callable, items: Sequence, parallel: bool = True) -> Iterator:
+    """``fn(item)`` for each item, in order, computed in parallel threads at most a pool's width ahead.
+
+    Like :func:`map_ordered` (and sequential in the same cases), but a generator: the
+    results are yielded in the order of ``items`` as they are consumed, and no more than
+    one per thread of the pool wait at once, so their memory stays bounded. Call it
+    inside :func:`one_blas_thread`.
+    """
+    if not parallel or len(items) < 2 or _width < 2 or getattr(_local, "worker", False):
+        for item in items:
+            yield fn(item)
+        return
+    pool = _executor(_width)
+    todo = iter(items)
+    pending = deque(pool.submit(fn, item) for item in itertools.islice(todo, _width))
+    try:
+        while pending:
+            result = pending.popleft().result()
+            for item in itertools.islice(todo, 1):
+                pending.append(pool.submit(fn, item))
+            yield result
+    finally:
+        for future in pending:
+            future.cancel()
+        for future in pending:
+            if not future.cancelled():
+                future.exception()  # wait: no thread still writes into a caller's buffers
 
 
 #: Alignment of :func:`scratch` buffers: BLAS kernels may take paths that depend on the

@@ -180,8 +180,8 @@ def run(out: Path, data_home=None, n_features: int = 16384, max_passes: int = 21
 
     if svc_steps:
         t0 = time.perf_counter()
-        svc = KernelSVC(alpha=nu, solver="dsgd", n_features=n_features, max_iter=svc_steps, bandwidth=bandwidth,
-                        random_state=SEED).fit(X, y)
+        svc = KernelSVC(alpha=nu, solver="dsgd", preconditioner=None, n_features=n_features, max_iter=svc_steps,
+                        bandwidth=bandwidth, random_state=SEED).fit(X, y)
         fit = time.perf_counter() - t0
         record('KernelSVC(solver="dsgd")', n, svc.n_features_, 1 - svc.score(Xt, yt), fit, f"{svc_steps} steps")
 

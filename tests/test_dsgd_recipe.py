@@ -9,7 +9,7 @@ from sklearn.pipeline import make_pipeline
 from dsgd_dask import KernelLogisticRegression, KernelRidge, KernelSVC, SamplePCA, UnitNorm
 from dsgd_dask.engine.parallel import apply_sums, part_sums
 from dsgd_dask.engine.steps import rule_step, step_target
-from dsgd_dask.rules.machines import BLOCK_JITTER, MachineRule
+from dsgd_dask.rules.machines import BLOCK_JITTER, MachineRule, block_moment
 
 
 @pytest.fixture(scope="module")
@@ -27,20 +27,27 @@ def _one_step_ridge(X, y, **kw):
 
 def test_one_preconditioned_step_is_the_least_squares_fit_of_the_block():
     # squared loss, eta = 1, the whole data as the batch, coefficients starting at zero: the
-    # step's block gets (C + eps I)^{-1} Z^T y / n, the least-squares fit of y by the block
+    # step's block gets (C + eps I)^{-1} Z^T y / n, the ridge fit of y by the block, and
+    # the least-squares fit as the jitter goes to zero
     rng = np.random.default_rng(0)
     X = rng.uniform(-2, 2, size=(300, 8))
     y = np.sin(X[:, 0]) * np.cos(X[:, 1]) + 0.1 * rng.normal(size=300)
-    est = _one_step_ridge(X, y, bandwidth=1.0)
+    for jitter in (BLOCK_JITTER, 1e-1):
+        est = _one_step_ridge(X, y, bandwidth=1.0, preconditioner_jitter=jitter)
+        assert est._rule.jitter == jitter
+        Z = est.model_.features.transform(X, 0, 1)
+        C = Z.T @ Z / len(X)
+        eps = jitter * np.trace(C) / 64
+        ridge = np.linalg.solve(C + eps * np.eye(64), Z.T @ y / len(X))
+        # the same normal equations by another factorisation: only rounding (cond(C) is about 8)
+        np.testing.assert_allclose(est.model_.coef[:, 0], ridge, rtol=1e-10, atol=1e-12 * np.abs(ridge).max())
+    est = _one_step_ridge(X, y, bandwidth=1.0, preconditioner_jitter=1e-6)
     assert est.n_iter_ == 1
     assert est.state_.eta_scale == 1.0
     assert est._config.eta_decay == 1e-4
     Z = est.model_.features.transform(X, 0, 1)
     C = Z.T @ Z / len(X)
-    eps = BLOCK_JITTER * np.trace(C) / 64
-    jittered = np.linalg.solve(C + eps * np.eye(64), Z.T @ y / len(X))
-    # the same normal equations by another factorisation: only rounding (cond(C) is about 8)
-    np.testing.assert_allclose(est.model_.coef[:, 0], jittered, rtol=1e-10, atol=1e-12 * np.abs(jittered).max())
+    eps = 1e-6 * np.trace(C) / 64
     # and the least-squares solution itself, to the jitter's relative effect, at most eps / lambda_min
     ls = np.linalg.lstsq(Z, y, rcond=None)[0]
     ev = np.linalg.eigvalsh(C)
@@ -50,11 +57,27 @@ def test_one_preconditioned_step_is_the_least_squares_fit_of_the_block():
     np.testing.assert_allclose(est.predict(X), Z @ ls, rtol=0, atol=bound * np.abs(Z @ ls).max())
 
 
+def test_block_moment_is_the_float64_product_and_the_same_on_any_number_of_threads():
+    from dsgd_dask._threads import one_blas_thread
+
+    z = np.random.default_rng(1).normal(size=(5000, 96)).astype(np.float32)
+    exact = z.astype(np.float64).T @ z.astype(np.float64)
+    sequential = np.zeros_like(exact)
+    with one_blas_thread():
+        threaded = block_moment(z)
+        for i in range(0, len(z), 2048):  # the slices, one after the other, added in order
+            sequential += z[i:i + 2048].T @ z[i:i + 2048]
+    np.testing.assert_array_equal(threaded, sequential)
+    # float32 products over 2048 rows: relative error of order sqrt(2048) eps32 of the
+    # entries' scale (the diagonal, about 5000)
+    np.testing.assert_allclose(threaded, exact, rtol=0, atol=1e-5 * np.abs(exact).max())
+
+
 def test_preconditioned_softmax_beats_plain_steps(digits):
     X, y, Xt, yt = digits
     params = dict(alpha=0, solver="dsgd", features="fourier", block_size=256, batch_size=1000, max_iter=5,
                   n_features=5 * 256, random_state=0)
-    plain = KernelLogisticRegression(**params).fit(X, y)
+    plain = KernelLogisticRegression(**params, preconditioner=None).fit(X, y)
     block = KernelLogisticRegression(**params, preconditioner="block").fit(X, y)
     # the schedule of the paper: eta_t = 1 / (1 + 1e-4 t) for softmax (eta0 = 0.5 over its curvature 1/2)
     assert block.state_.eta_scale == 1.0
@@ -69,16 +92,36 @@ def test_preconditioned_softmax_beats_plain_steps(digits):
     assert (np.abs(coef).max(axis=(1, 2)) > 0).all()
 
 
+@pytest.mark.parametrize("cls", [KernelLogisticRegression, KernelSVC])
+def test_classifier_defaults_are_the_recipe(digits, cls):
+    X, y = digits[0][:600], digits[1][:600]
+    default = cls(random_state=0).fit(X, y)
+    p = default._params
+    # batches of all 600 rows (at most RECIPE_BATCH), blocks of the largest power of two at
+    # most half of it, a new Fourier block at every step, 8 passes in steps but at least 16
+    assert (p["features"], p["block_size"], p["max_iter"], p["n_blocks"]) == ("fourier", 256, 16, 16)
+    assert default._rule.preconditioner == "block"
+    assert default._rule.jitter == 1e-3
+    explicit = cls(preconditioner="block", features="fourier", batch_size=8192, block_size=256, n_features=16 * 256,
+                   max_iter=16, random_state=0).fit(X, y)
+    np.testing.assert_array_equal(default.model_.coef, explicit.model_.coef)
+
+
 @pytest.mark.parametrize("cls", [KernelLogisticRegression, KernelSVC, KernelRidge])
-def test_default_steps_are_the_plain_steps(digits, cls):
+def test_plain_steps_keep_their_batch(digits, cls):
     X, y = digits[0][:300], digits[1][:300]
     if cls is KernelRidge:
         y = y.astype(float)
-    params = dict(features="fourier", n_features=256, block_size=64, batch_size=32, max_iter=20, random_state=0)
-    default = cls(**params).fit(X, y)
-    explicit = cls(**params, preconditioner="auto" if cls is KernelRidge else None).fit(X, y)
+    params = dict(features="fourier", n_features=256, block_size=64, max_iter=20, random_state=0)
+    if cls is KernelRidge:
+        default = cls(solver="dsgd", **params).fit(X, y)
+        assert default._rule.preconditioner is None
+    else:
+        default = cls(preconditioner=None, **params).fit(X, y)
+    assert default._params["batch_size"] == 256
+    explicit = cls(**params, batch_size=256, preconditioner="auto" if cls is KernelRidge else None,
+                   **({"solver": "dsgd"} if cls is KernelRidge else {})).fit(X, y)
     np.testing.assert_array_equal(default.model_.coef, explicit.model_.coef)
-    assert default._rule.preconditioner is None
 
 
 def test_data_parallel_preconditioned_step_equals_the_whole_batch(digits):

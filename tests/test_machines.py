@@ -377,7 +377,7 @@ def test_classifiers_match_the_exact_kernel_machines(a9a, cls, reference):
     # of accuracy on 1000 held-out rows (measured: 0.4 points for both).
     X, y, Xt, yt = a9a
     nu = 1e-3
-    est = cls(alpha=nu, max_iter=1500, random_state=0).fit(X, y)
+    est = cls(alpha=nu, preconditioner=None, max_iter=1500, random_state=0).fit(X, y)
     assert est.solver_ == "dsgd"
     K, Kt = kernel_matrix(est.kernel_, X), kernel_matrix(est.kernel_, Xt, X)
     C = 1.0 / (nu * len(X))
@@ -402,7 +402,8 @@ def test_classifiers_on_fourier_features_match_their_dense_machines(a9a, cls):
     # steps: SVC 0.830 against 0.834, logistic 0.831 against 0.830).
     X, y, Xt, yt = a9a
     nu = 1e-3
-    est = cls(alpha=nu, solver="dsgd", features="fourier", n_features=1024, max_iter=1500, random_state=0).fit(X, y)
+    est = cls(alpha=nu, solver="dsgd", preconditioner=None, features="fourier", n_features=1024, max_iter=1500,
+              random_state=0).fit(X, y)
     assert est.solver_ == "dsgd"
     assert est.n_features_ == 1024
     features = est.model_.features

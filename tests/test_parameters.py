@@ -59,6 +59,7 @@ INVALID = {
     "random_state": "seed",
     "alpha": -1.0,
     "preconditioner": "jacobi",
+    "preconditioner_jitter": 0.0,
     "reg": 0.0,
     "n_slices": 1,
     "gain": "adam",

@@ -205,7 +205,7 @@ CCA_LOBPCG = dict(n_components=2, solver="lobpcg", n_features=128, block_size=64
                   random_state=3)
 CCA_RCA = dict(n_components=2, solver="rca", features="fourier", n_features=128, block_size=64, reg=1e-3,
                random_state=3)
-SIR_RCA = dict(n_components=2, solver="rca", n_features=96, n_slices=5, random_state=3)
+SIR_RCA = dict(n_components=2, solver="rca", n_features=96, n_slices=5, reg=1e-3, random_state=3)
 #: The prefix of the pass tasks of each fit (the chunk tasks of ``reduce_pass``).
 PASS_TASKS = {"cca-lobpcg": "dsgd-cross-pass-", "cca-rca": "rcca-moments-", "sir-rca": "sir-moments-"}
 

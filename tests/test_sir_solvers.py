@@ -28,7 +28,7 @@ def sarcos():
 @pytest.fixture(scope="module")
 def exact(sarcos):
     X, Y = sarcos
-    return KernelSIR(K, solver="exact", random_state=0).fit(X, Y[:, 0])
+    return KernelSIR(K, solver="exact", reg=1e-3, random_state=0).fit(X, Y[:, 0])
 
 
 def _refuse(*args, **kwargs):
@@ -72,7 +72,7 @@ def test_dsgd_reaches_the_exact_subspace(sarcos, exact):
     # With a batch of every row the step's statistics are the exact ones and the steps converge
     # to the exact solution: observed sin^2 2e-9 and eigenvalues within 4e-6 after 100 steps
     # (the float32 features' round-off); bounds 1e-6 and 1e-4.
-    full = KernelSIR(K, batch_size=600, max_iter=100, solver="dsgd", random_state=0).fit(X, Y[:, 0])
+    full = KernelSIR(K, batch_size=600, max_iter=100, solver="dsgd", reg=1e-3, random_state=0).fit(X, Y[:, 0])
     assert (full.solver_, full.n_features_, full.n_iter_) == ("dsgd", 600, 100)
     assert principal_angle_sin2(full.transform(X), Fe) < 1e-6
     np.testing.assert_allclose(full.eigenvalues_, exact.eigenvalues_, rtol=0, atol=1e-4)
@@ -80,7 +80,7 @@ def test_dsgd_reaches_the_exact_subspace(sarcos, exact):
     # per slice, and products of the batch's statistics, bias the steps' estimates at order
     # n_slices / batch_size; more steps do not remove it (observed sin^2 5.3e-4 after 500 steps,
     # 7e-4 after 2000; eigenvalues within 1.3e-4). Bounds 5e-3 and 2e-3.
-    est = KernelSIR(K, random_state=0).fit(X, Y[:, 0])
+    est = KernelSIR(K, reg=1e-3, random_state=0).fit(X, Y[:, 0])
     assert est.solver_ == "dsgd"
     assert principal_angle_sin2(est.transform(X), Fe) < 5e-3
     np.testing.assert_allclose(est.eigenvalues_, exact.eigenvalues_, rtol=0, atol=2e-3)
@@ -94,7 +94,7 @@ def test_fourier_solvers_share_their_destination(sarcos, exact):
     # The same seeded blocks for both solvers (one block of 256 features): "rca" solves the
     # problem on them exactly, the steps approach it within their noise (observed sin^2 4.8e-4,
     # eigenvalues within 1.1e-4 of rca; bounds 5e-3 and 2e-3, as for Nyström above).
-    params = dict(features="fourier", n_features=256, random_state=0)
+    params = dict(features="fourier", n_features=256, reg=1e-3, random_state=0)
     rca = KernelSIR(K, solver="rca", **params).fit(X, Y[:, 0])
     dsgd = KernelSIR(K, solver="dsgd", **params).fit(X, Y[:, 0])
     assert rca.model_.features.to_dict() == dsgd.model_.features.to_dict()
@@ -108,7 +108,7 @@ def test_fourier_solvers_share_their_destination(sarcos, exact):
     # Against the exact solution, the Monte Carlo error of the random features: with 2048
     # features observed sin^2 6e-3 to 1e-2 and eigenvalues within 5e-3 to 1e-2 over four
     # seeds (the kernel's error falls as 1 / sqrt(n_features)); bounds 0.03 and 0.03.
-    big = KernelSIR(K, solver="rca", features="fourier", n_features=2048, random_state=0).fit(X, Y[:, 0])
+    big = KernelSIR(K, solver="rca", features="fourier", n_features=2048, reg=1e-3, random_state=0).fit(X, Y[:, 0])
     assert principal_angle_sin2(big.transform(X), Fe) < 0.03
     np.testing.assert_allclose(big.eigenvalues_, exact.eigenvalues_, rtol=0, atol=0.03)
 

@@ -277,7 +277,7 @@ def test_exact_sir_matches_the_dual_eigenproblem(sarcos, outputs):
 @pytest.fixture(scope="module")
 def exact_500(mnist_halves):
     L, R, *_ = mnist_halves
-    return KernelCCA(5, solver="exact", random_state=0).fit(L[:500], R[:500])
+    return KernelCCA(5, solver="exact", reg=1e-3, random_state=0).fit(L[:500], R[:500])
 
 
 def test_nystroem_with_every_row_as_landmark_is_exact(mnist_halves, exact_500):
@@ -286,7 +286,7 @@ def test_nystroem_with_every_row_as_landmark_is_exact(mnist_halves, exact_500):
     # and sin^2 ~1e-15 (variates on held-out digits); the bounds allow for a different
     # rank cutoff of the two whitenings (eigenvalues below n eps max, suppressed by reg).
     L, R, Lt, Rt = mnist_halves
-    ny = KernelCCA(5, solver="rca", n_features=500, random_state=0).fit(L[:500], R[:500])
+    ny = KernelCCA(5, solver="rca", n_features=500, reg=1e-3, random_state=0).fit(L[:500], R[:500])
     ex = exact_500
     assert ny.bandwidth_ == ex.bandwidth_  # same seeded sample
     np.testing.assert_allclose(ny.correlations_, ex.correlations_, rtol=1e-6)
@@ -308,7 +308,8 @@ def test_random_features_approach_exact_cca(mnist_halves, exact_500):
     ex = exact_500
     err = {}
     for m in (128, 1024):
-        rf = KernelCCA(5, solver="rca", features="fourier", n_features=m, block_size=128, random_state=0)
+        rf = KernelCCA(5, solver="rca", features="fourier", n_features=m, block_size=128, reg=1e-3,
+                       random_state=0)
         rf.fit(L[:500], R[:500])
         assert rf.n_features_ == rf.models_[0].coef.shape[0] == rf.models_[1].coef.shape[0] == m
         err[m] = np.abs(rf.correlations_ - ex.correlations_).max()
@@ -336,8 +337,8 @@ def _explicit_features(est, X, Y):
 
 @pytest.mark.parametrize("est", [
     KernelCCA(4, solver="rca", features="fourier", n_features=192, block_size=64, compute_dtype="float64",
-              random_state=5),
-    KernelCCA(4, solver="rca", n_features=150, random_state=5),
+              reg=1e-3, random_state=5),
+    KernelCCA(4, solver="rca", n_features=150, reg=1e-3, random_state=5),
 ], ids=lambda e: e.features)
 def test_accumulated_moments_give_the_dense_cca_of_the_features(mnist_halves, est):
     # Fitted chunk by chunk on dask arrays, the result is regularised linear CCA of the

@@ -99,8 +99,8 @@ def measure(ctx) -> Report:
     ctx.keep(rows)
 
     budget = Budget(cfg["svc_seconds"], error_of, every=cfg["svc_every"])
-    svc = KernelSVC(alpha=nu, solver="dsgd", n_features=cfg["dsgd_features"], max_iter=cfg["svc_steps"],
-                    bandwidth=bandwidth, random_state=SEED)
+    svc = KernelSVC(alpha=nu, solver="dsgd", preconditioner=None, n_features=cfg["dsgd_features"],
+                    max_iter=cfg["svc_steps"], bandwidth=bandwidth, random_state=SEED)
     with PeakMemory() as mem:
         try:
             svc.fit(X_all, y_all, callback=budget)

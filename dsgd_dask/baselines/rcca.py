@@ -49,7 +49,7 @@ class PairedMap:
 
 def randomized_cca(view: DataView, dx: int, specs: tuple, sample: np.ndarray, k: int, reg: float, kind: str,
                    n_blocks: int, block_size: int, seed: int, dtype="float32", cache_bytes=None, *, clock=None,
-                   verbose: bool = False):
+                   verbose: bool = False, choose=None):
     """Regularised linear CCA of the features of both views of the stacked rows ``view`` (``X`` in its first ``dx``).
 
     ``kind="nystroem"``: ``M = n_blocks * block_size`` landmark rows drawn uniformly
@@ -71,6 +71,11 @@ def randomized_cca(view: DataView, dx: int, specs: tuple, sample: np.ndarray, k:
     :class:`~dsgd_dask.model.expansion.KernelExpansion` (centred on the data) and the
     :class:`~dsgd_dask.engine.driver.PassRun` of the moments pass (its one ``convergence_``
     record).
+
+    ``choose``, when given, replaces the moments pass and ``reg``:
+    ``choose(view, fmap, shift, mx, clock) -> (mean, cov, reg, run)`` takes the moments of
+    the map ``fmap`` (``mx`` features of ``X``, then those of ``Y``) and the ridge to solve
+    with (a ridge chosen on held-out rows).
     """
     sx, sy = sample[:, :dx], sample[:, dx:]
     if kind == "nystroem":
@@ -90,9 +95,12 @@ def randomized_cca(view: DataView, dx: int, specs: tuple, sample: np.ndarray, k:
         maps = [FourierMap(f, n_blocks) for f in blocks]
     fmap = PairedMap(maps[0], maps[1], dx)
     shift = fmap(sample[:SHIFT_ROWS]).mean(axis=0, dtype=np.float64)
-    _, mean, cov, run = rca_moments(view, fmap, shift, center=True, clock=clock, verbose=verbose,
-                                    desc="KernelCCA(solver='rca')" if verbose else None, name="rcca-moments")
     mx = maps[0].n_features
+    if choose is not None:
+        mean, cov, reg, run = choose(view, fmap, shift, mx, clock)
+    else:
+        _, mean, cov, run = rca_moments(view, fmap, shift, center=True, clock=clock, verbose=verbose,
+                                        desc="KernelCCA(solver='rca')" if verbose else None, name="rcca-moments")
     rho, A, B = ridge_cca(cov[:mx, :mx], cov[mx:, mx:], cov[:mx, mx:], reg, k)
     models = []
     for v, (fm, W, mu) in enumerate(((maps[0], A, mean[:mx]), (maps[1], B, mean[mx:]))):

@@ -9,9 +9,10 @@ and a tree reduction of the sums, so a pass reads the data once, never gathers i
 runs on every worker of a cluster at once. The feature set, the coefficients and the
 shifts enter the graph once, as keys every chunk task depends on.
 
-Within a chunk, rows are taken in slices and the pages of features of a slice are
-evaluated in parallel threads, each with one BLAS thread, and combined in page order: a
-chunk's sums, and so the pass, are the same on any scheduler and any number of workers.
+Within a chunk, rows are taken in slices fixed by the pass (never by the machine), computed
+in parallel threads, each with one BLAS thread, and added in slice order; a slice's pages
+of features are combined in page order: a chunk's sums, and so the pass, are the same on
+any scheduler and any number of workers.
 
 One kernel takes the sums of every pass: :func:`reduce_pass` of a :class:`PassRequest`
 (per view of the stacked rows, its features and the sums asked of them), with the
@@ -34,7 +35,7 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 
-from dsgd_dask._threads import map_ordered, one_blas_thread, scratch
+from dsgd_dask._threads import imap_ordered, map_ordered, one_blas_thread, scratch
 from dsgd_dask.streams.inputs import DataView, check_finite_block
 
 #: Floats of raw features held for one slice of rows (64 MiB in float32).
@@ -50,8 +51,12 @@ def slice_rows(n_features: int) -> int:
     return int(min(4096, max(128, SLICE_FLOATS // max(n_features, 1))))
 
 
-def _transposed_products(features, n_blocks: int, buf: np.ndarray, H: np.ndarray, out: np.ndarray) -> None:
-    """``out[:M] += buf^T H`` (``H`` in the feature precision), page by page of blocks in parallel threads."""
+def _transposed_products(features, n_blocks: int, buf: np.ndarray, H: np.ndarray, out: np.ndarray,
+                         add=None) -> None:
+    """``out[:M] += buf^T H`` (``H`` in the feature precision), page by page of blocks in parallel threads.
+
+    ``add(out, index, part)``, when given, does each page's ``out[index] += part``.
+    """
     m = features.block_size
     spans = _spans(features, n_blocks)
 
@@ -61,7 +66,10 @@ def _transposed_products(features, n_blocks: int, buf: np.ndarray, H: np.ndarray
 
     parts = map_ordered(second, spans, parallel=buf.shape[0] * buf.shape[1] * H.shape[1] >= (1 << 21))
     for (b0, b1), part in zip(spans, parts, strict=True):
-        out[b0 * m:b1 * m] += part
+        if add is None:
+            out[b0 * m:b1 * m] += part
+        else:
+            add(out, slice(b0 * m, b1 * m), part)
 
 
 def _spans(features, n_blocks: int) -> list[tuple[int, int]]:
@@ -345,8 +353,12 @@ def mirror_upper(out: np.ndarray) -> np.ndarray:
     return out
 
 
-def _view_features(v: _ViewPlan, f, x: np.ndarray, coef, shift):
-    """The features of one slice of rows (``rows x M``, a last column of ones for a Gram) and ``u = z coef``."""
+def _view_features(v: _ViewPlan, f, x: np.ndarray, coef, shift, index: int = 0):
+    """The features of one slice of rows (``rows x M``, a last column of ones for a Gram) and ``u = z coef``.
+
+    The features of a feature set are formed in this thread's buffer ``pass-features-<index>``
+    (valid until the thread's next slice).
+    """
     M = v.M
     if v.space == "map":
         z = f(x)
@@ -362,7 +374,7 @@ def _view_features(v: _ViewPlan, f, x: np.ndarray, coef, shift):
         return out, None
     Xp = f.prepare(x)
     m, rows = v.block_size, Xp.shape[0]
-    z = np.empty((rows, M + v.gram), dtype=f.dtype)
+    z = scratch(f"pass-features-{index}", (rows, M + v.gram), f.dtype)
     evaluate = f.raw if v.space == "raw" else f.apply
 
     def page(b0, b1, pg):
@@ -382,13 +394,17 @@ def _view_features(v: _ViewPlan, f, x: np.ndarray, coef, shift):
     return z, u
 
 
-def _view_terms(v: _ViewPlan, f, z: np.ndarray, H, part: np.ndarray, acc: dict) -> None:
-    """Add one slice's sums of one view to ``acc``."""
+def _add(target: np.ndarray, index, value) -> None:
+    target[index] += value
+
+
+def _view_terms(v: _ViewPlan, f, z: np.ndarray, H, part: np.ndarray, acc: dict, add=_add) -> None:
+    """One slice's sums of one view: each ``acc[name][index] += value`` done as ``add(acc[name], index, value)``."""
     M = v.M
     if v.products:
-        _transposed_products(f, v.n_blocks, z, H.astype(f.dtype), acc["products"])
+        _transposed_products(f, v.n_blocks, z, H.astype(f.dtype), acc["products"], add)
     if v.sums:
-        acc["sums"] += z[:, :M].sum(axis=0, dtype=np.float64)
+        add(acc["sums"], slice(None), z[:, :M].sum(axis=0, dtype=np.float64))
     if v.blocks or v.targets is not None:
         m, rows = v.block_size, z.shape[0]
         if v.targets is not None:
@@ -400,10 +416,10 @@ def _view_terms(v: _ViewPlan, f, z: np.ndarray, H, part: np.ndarray, acc: dict) 
         for b in range(v.n_blocks):
             zb = z[:, b * m:(b + 1) * m]
             if v.blocks:
-                acc["blocks"][b] += zb.T @ zb
+                add(acc["blocks"], b, zb.T @ zb)
             if v.targets is not None:
                 np.copyto(zd, zb)
-                acc["targets"][b * m:(b + 1) * m] += zd.T @ yd
+                add(acc["targets"], slice(b * m, (b + 1) * m), zd.T @ yd)
     if v.gram:
         add_gram(acc["gram"], z)
 
@@ -413,28 +429,42 @@ def request_sums(S: np.ndarray, plan: _Plan, *operands) -> np.ndarray:
 
     ``operands`` holds, per view, its feature set, its directions (in the features'
     precision) and its shift (or ``None``). Rows are taken in slices of
-    ``plan.rows_per_slice``; within a slice, pages of blocks go to parallel threads, each
-    with one BLAS thread, combined in page order.
+    ``plan.rows_per_slice``, fixed by the plan. The slices are computed in parallel
+    threads, each with one BLAS thread, and their sums added to the totals in slice
+    order: each slice's terms are the same products of the same shapes wherever they
+    are computed, and they are added in the same order, so the totals are those of the
+    slices taken one after the other, on any number of threads. A pass with a Gram
+    matrix (whose terms per slice are as large as its totals) takes its slices one after
+    the other, its pages in parallel threads.
     """
     P = plan.width
     acc = [{name: np.zeros(shape) for name, shape in v.shapes(P)} for v in plan.views]
     groups = [operands[3 * i:3 * i + 3] for i in range(len(plan.views))]
     hsum = np.zeros(P)
     step = plan.rows_per_slice
+    in_order = any(v.gram for v in plan.views)
+
+    def one_slice(r0: int) -> list:
+        terms = []
+        add = _add if in_order else (lambda target, index, value: terms.append((target, index, value)))
+        part = S[r0:r0 + step]
+        zs, us = [], []
+        for i, (v, (f, coef, shift)) in enumerate(zip(plan.views, groups, strict=True)):
+            z, u = _view_features(v, f, part if v.cols is None else part[:, v.cols], coef, shift, i)
+            zs.append(z)
+            if u is not None:
+                us.append(u)
+        H = None if not us else us[0] if len(us) == 1 else np.hstack(us)
+        for v, (f, _, _), z, a in zip(plan.views, groups, zs, acc, strict=True):
+            _view_terms(v, f, z, H, part, a, add)
+        if H is not None:
+            add(hsum, slice(None), H.sum(axis=0))
+        return terms
+
     with one_blas_thread():
-        for r0 in range(0, S.shape[0], step):
-            part = S[r0:r0 + step]
-            zs, us = [], []
-            for v, (f, coef, shift) in zip(plan.views, groups, strict=True):
-                z, u = _view_features(v, f, part if v.cols is None else part[:, v.cols], coef, shift)
-                zs.append(z)
-                if u is not None:
-                    us.append(u)
-            H = None if not us else us[0] if len(us) == 1 else np.hstack(us)
-            for v, (f, _, _), z, a in zip(plan.views, groups, zs, acc, strict=True):
-                _view_terms(v, f, z, H, part, a)
-            if H is not None:
-                hsum += H.sum(axis=0)
+        for terms in imap_ordered(one_slice, range(0, S.shape[0], step), parallel=not in_order):
+            for target, index, value in terms:
+                target[index] += value
     flat = [a[name].ravel() for v, a in zip(plan.views, acc, strict=True) for name, _ in v.shapes(P)]
     return np.concatenate([*flat, hsum, [float(S.shape[0])]])
 

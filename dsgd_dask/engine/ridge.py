@@ -74,8 +74,18 @@ class BlockJacobi:
         self.m = m
         if penalty is not None:
             blocks = blocks + penalty
+        self.factors = [self._factor(b, floor) for b in blocks]
+
+    @staticmethod
+    def _factor(block: np.ndarray, floor: float):
+        # a block that the floor does not hold up (moments summed in float32) gets a floor 100 times higher
         with one_blas_thread():
-            self.factors = [cho_factor(b + floor * np.eye(m)) for b in blocks]
+            for _ in range(8):
+                try:
+                    return cho_factor(block + floor * np.eye(block.shape[0]))
+                except np.linalg.LinAlgError:
+                    floor = max(100 * floor, float(np.finfo(np.float32).eps) * float(np.trace(block)) / len(block))
+        raise np.linalg.LinAlgError("a block of the block-Jacobi preconditioner is not positive definite")
 
     def __call__(self, R: np.ndarray) -> np.ndarray:
         m = self.m
@@ -611,3 +621,161 @@ class CGSolver:
     def model(self, state: dict) -> KernelExpansion:
         """What the callback gets: the current function (zero after the first pass)."""
         return KernelExpansion(self.features, state["x"])
+
+
+# -- alpha="auto": the regulariser chosen on held-out rows -----------------------------------------
+
+#: ``alpha="auto"``: the decades searched, ``10^d`` times the kernel's mean diagonal ``E[k(x, x)]``
+#: (``alpha`` is in units of the kernel per row), then the half decades either side of the best.
+AUTO_ALPHA_DECADES = np.arange(-9.0, 0.0)
+#: ``alpha="auto"``: the fraction of the selection rows held out to score each ``alpha``.
+AUTO_HELD_OUT = 0.2
+
+
+@dataclass
+class AlphaPath:
+    """The regulariser chosen (``alpha``), the values tried (``grid``, increasing) and their held-out scores."""
+
+    alpha: float
+    grid: np.ndarray
+    scores: np.ndarray
+
+
+def held_out_split(n_rows: int) -> int:
+    """Rows of a selection set of ``n_rows`` fitted on: the first ones; the last ``AUTO_HELD_OUT`` are scored.
+
+    At least one row on either side (``n_rows >= 2``).
+    """
+    if n_rows < 2:
+        raise ValueError(f"alpha='auto' needs at least 2 rows to hold some out, got {n_rows}")
+    return n_rows - min(n_rows - 1, max(1, round(AUTO_HELD_OUT * n_rows)))
+
+
+def relative_score(Y: np.ndarray, F: np.ndarray, variance: np.ndarray) -> float:
+    """``1 - E[(y - f)^2] / variance`` averaged over the outputs: an R² against a fixed variance (higher is better).
+
+    ``variance``: each output's variance on all the selection rows (where it is zero, the
+    score of that output is minus its mean square error).
+    """
+    mse = np.mean((np.asarray(Y, dtype=np.float64) - F) ** 2, axis=0)
+    scale = np.where(variance > 0, variance, 1.0)
+    return float(np.mean(np.where(variance > 0, 1.0, 0.0) - mse / scale))
+
+
+def search_alpha(score, scale: float, decades: np.ndarray = AUTO_ALPHA_DECADES, refine: bool = True) -> AlphaPath:
+    """The ``alpha`` of highest ``score(alpha)`` over ``scale 10^d`` (``d`` in ``decades``), then half decades.
+
+    ``score(alpha)``: a held-out score, higher is better (``-inf`` for a failed solve).
+    With ``refine``, the two half decades either side of the best decade are scored too.
+    Ties go to the larger ``alpha`` (the smoother function). Calls: ``len(decades) + 2``.
+    """
+    if not (np.isfinite(scale) and scale > 0):
+        raise ValueError(f"alpha='auto' needs a positive kernel scale, got {scale}")
+    tried = {float(d): score(scale * 10.0 ** d) for d in np.asarray(decades, dtype=np.float64)}
+
+    def best():
+        ds = np.array(sorted(tried))
+        s = np.array([tried[d] for d in ds])
+        if not np.isfinite(s).any():
+            raise np.linalg.LinAlgError("alpha='auto': no regulariser of the grid gave a finite held-out score")
+        return ds, s, ds[np.flatnonzero(s == np.nanmax(s))[-1]]
+
+    if refine:
+        d0 = best()[2]
+        for d in (d0 - 0.5, d0 + 0.5):
+            if d not in tried:
+                tried[d] = score(scale * 10.0 ** d)
+    ds, s, d = best()
+    return AlphaPath(float(scale * 10.0 ** d), scale * 10.0 ** ds, s)
+
+
+class PrimalRidgePath:
+    """Held-out scores of ridge on features for any ``alpha``: a ``score`` of :func:`search_alpha`.
+
+    Solves ``(Z_t^T Z_t / n_t + alpha P + floor I) A = Z_t^T Y_t / n_t``. ``Z``: features of
+    the selection rows (``n x M``), ``Y`` their targets; the first ``n_fit`` rows are
+    fitted, the others scored (:func:`relative_score`). ``penalty``: the penalty's
+    ``M x M`` matrix ``P`` (symmetric positive semi-definite); ``ridge``: a term not
+    scaled by ``alpha`` (the precision ridge), raised to ``100 eps tr(Z_t^T Z_t / n_t)``
+    of float64 at least (the moments' round-off). The moments, ``M^2`` float64, are formed
+    once (``n_fit M^2`` multiply-adds); every ``alpha`` costs one Cholesky factorisation
+    (``M^3 / 3``) and the held-out products (``(n - n_fit) M c``).
+    """
+
+    def __init__(self, Z: np.ndarray, Y: np.ndarray, n_fit: int, penalty: np.ndarray, ridge: float = 0.0):
+        Z = np.asarray(Z, dtype=np.float64)
+        Y = np.asarray(Y, dtype=np.float64).reshape(Z.shape[0], -1)
+        Zt = Z[:n_fit]
+        with one_blas_thread():
+            self.C = Zt.T @ Zt / n_fit
+            self.b = Zt.T @ Y[:n_fit] / n_fit
+        self.P = np.asarray(penalty, dtype=np.float64)
+        self.floor = max(float(ridge), 100 * float(np.finfo(np.float64).eps) * float(np.trace(self.C)))
+        self.Zv, self.Yv = Z[n_fit:], Y[n_fit:]
+        self.variance = Y.var(axis=0)
+
+    def coef(self, alpha: float) -> np.ndarray:
+        """The coefficients ``A`` at ``alpha`` (``LinAlgError`` when the system is not positive definite)."""
+        A = self.C + alpha * self.P
+        A.flat[::A.shape[0] + 1] += self.floor
+        with one_blas_thread():
+            return cho_solve(cho_factor(A, lower=True, overwrite_a=True, check_finite=False), self.b,
+                             check_finite=False)
+
+    def __call__(self, alpha: float) -> float:
+        try:
+            A = self.coef(alpha)
+        except np.linalg.LinAlgError:
+            return -np.inf
+        with one_blas_thread():
+            return relative_score(self.Yv, self.Zv @ A, self.variance)
+
+
+class DualRidgePath:
+    """Held-out scores of kernel ridge ``(K_tt + alpha n_t I) c = Y_t`` on ``n_t`` rows for any ``alpha``.
+
+    ``K``: the kernel matrix of the fitted rows (``n_t x n_t``), ``K_vt`` the kernel between
+    the held-out rows and them, ``Y`` the targets of the fitted then the held-out rows. Every
+    ``alpha`` costs one Cholesky factorisation (``n_t^3 / 3``) of a copy of ``K``
+    (``n_t^2`` float64 besides ``K``).
+    """
+
+    def __init__(self, K: np.ndarray, K_vt: np.ndarray, Y: np.ndarray):
+        n_t = K.shape[0]
+        Y = np.asarray(Y, dtype=np.float64).reshape(n_t + K_vt.shape[0], -1)
+        self.K, self.K_vt, self.Yt, self.Yv = K, K_vt, Y[:n_t], Y[n_t:]
+        self.variance = Y.var(axis=0)
+
+    def __call__(self, alpha: float) -> float:
+        n_t = self.K.shape[0]
+        A = self.K.copy()
+        A.flat[::n_t + 1] += alpha * n_t
+        try:
+            with one_blas_thread():
+                c = cho_solve(cho_factor(A, lower=True, overwrite_a=True, check_finite=False), self.Yt,
+                              check_finite=False)
+        except np.linalg.LinAlgError:
+            return -np.inf
+        with one_blas_thread():
+            return relative_score(self.Yv, self.K_vt @ c, self.variance)
+
+
+def feature_path(features, n_blocks: int, X: np.ndarray, Y: np.ndarray, n_fit: int) -> tuple[PrimalRidgePath, float]:
+    """The :class:`PrimalRidgePath` of the ridge objective of ``features`` on the rows ``X`` and its kernel scale.
+
+    Nyström blocks whitened each on its own (:class:`RKHSPenalty`): the kernel sections of
+    the ``M`` landmarks, the penalty ``alpha K_LL + ridge I`` on their coefficients
+    (``ridge`` the precision ridge, :func:`precision_ridge`): the same functions and norm in
+    the basis of the sections. Jointly whitened blocks (:class:`JointNystroemBlocks`) and
+    Fourier blocks: the features and ``J I``. The scale is the kernel's mean diagonal
+    (``tr(K_LL) / M``; ``E|z|^2 / J``), which :func:`search_alpha` multiplies.
+    """
+    if isinstance(features, NystroemFeatures) and not isinstance(features, JointNystroemBlocks):
+        Z = np.asarray(features.raw_transform(X, 0, n_blocks), dtype=np.float64)
+        M = Z.shape[1]
+        P = features.landmark_kernel(0, M, n_blocks)
+        P = (P + P.T) / 2
+        return PrimalRidgePath(Z, Y, n_fit, P, precision_ridge(Z, features.dtype, centre=False)), np.trace(P) / M
+    Z = np.asarray(features.transform(X, 0, n_blocks), dtype=np.float64)
+    scale = float(np.mean(np.einsum("ij,ij->i", Z, Z))) / n_blocks
+    return PrimalRidgePath(Z, Y, n_fit, n_blocks * np.eye(Z.shape[1])), scale

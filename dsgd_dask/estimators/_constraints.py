@@ -31,6 +31,10 @@ AUTO = StrOptions({"auto"})
 COUNT = [Interval(Integral, 1, None, closed="left")]
 POSITIVE = [Interval(Real, 0, None, closed="neither")]
 NON_NEGATIVE = [Interval(Real, 0, None, closed="left")]
+#: A ridge: a positive number, or ``"auto"`` (chosen on held-out row chunks during ``fit``).
+RIDGE = [*POSITIVE, AUTO]
+#: ``alpha`` of :class:`~dsgd_dask.KernelRidge`: a non-negative number, or ``"auto"`` (chosen during ``fit``).
+ALPHA = [*NON_NEGATIVE, AUTO]
 
 #: The kernel of one view (two-view estimators: each with the suffix ``_x`` or ``_y``).
 KERNEL: dict[str, list] = {
@@ -69,7 +73,8 @@ STEPS: dict[str, list] = {
 
 
 #: ``preconditioner`` of the kernel classifiers' steps: none or each step's block's own second moment.
-STEP_PRECONDITIONER: dict[str, list] = {"preconditioner": [StrOptions({"block"}), None]}
+STEP_PRECONDITIONER: dict[str, list] = {"preconditioner": [StrOptions({"block"}), None],
+                                         "preconditioner_jitter": [Interval(Real, 0, None, closed="neither")]}
 
 
 def solver_constraint(estimator: str) -> dict[str, list]:

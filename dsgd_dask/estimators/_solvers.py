@@ -31,9 +31,10 @@ SOLVERS: dict[str, dict[str, tuple[str, ...]]] = {
     "KernelCCA": {"dsgd": ("nystroem", "fourier"), "lobpcg": ("nystroem",), "rca": ("nystroem", "fourier"),
                   "exact": ("nystroem",)},
     "KernelSIR": {"dsgd": ("nystroem", "fourier"), "rca": ("nystroem", "fourier"), "exact": ("nystroem",)},
-    "KernelRidge": {"dsgd": ("nystroem", "fourier"), "cg": ("nystroem", "fourier"), "exact": ("nystroem",)},
-    "KernelSVC": {"dsgd": ("nystroem", "fourier")},
-    "KernelLogisticRegression": {"dsgd": ("nystroem", "fourier")},
+    "KernelRidge": {"dsgd": ("nystroem", "fourier", "fourier_pairs"), "cg": ("nystroem", "fourier", "fourier_pairs"),
+                    "exact": ("nystroem",)},
+    "KernelSVC": {"dsgd": ("nystroem", "fourier", "fourier_pairs")},
+    "KernelLogisticRegression": {"dsgd": ("nystroem", "fourier", "fourier_pairs")},
 }
 
 #: What one iteration is (what ``max_iter`` bounds and ``n_iter_`` counts) for each solver.

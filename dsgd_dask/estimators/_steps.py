@@ -18,7 +18,7 @@ from dsgd_dask.engine.checkpoint import Checkpointer, PassCheckpoint, fit_finger
 from dsgd_dask.engine.loop import run_plan
 from dsgd_dask.estimators._base import RandomFeatureEstimatorMixin
 from dsgd_dask.estimators._solvers import Clock, record
-from dsgd_dask.features.blocks import RandomFeatures
+from dsgd_dask.features.blocks import FourierPairs, RandomFeatures
 from dsgd_dask.features.kernels import KernelSpec
 from dsgd_dask.features.nystroem import NystroemFeatures
 from dsgd_dask.model.expansion import KernelExpansion
@@ -70,9 +70,10 @@ def features_from_payload(fd: dict, arrays: dict, prefix: str = "", cache_bytes=
         return NystroemFeatures(spec, arrays[prefix + "landmarks"], fd["block_size"], fd["seed"], fd["dtype"],
                                 center=arrays.get(prefix + "center"),
                                 normalization=arrays[prefix + "normalization"] if whiten else None, whiten=whiten)
-    if kind == "fourier":
-        return RandomFeatures(spec, fd["n_features_in"], fd["block_size"], fd["seed"], fd["dtype"],
-                              center=arrays.get(prefix + "center"), cache_bytes=cache_bytes)
+    if kind in ("fourier", "fourier_pairs"):
+        cls = FourierPairs if kind == "fourier_pairs" else RandomFeatures
+        return cls(spec, fd["n_features_in"], fd["block_size"], fd["seed"], fd["dtype"],
+                   center=arrays.get(prefix + "center"), cache_bytes=cache_bytes)
     raise StoreError(f"the model store has features of unknown kind {kind!r}")
 
 

@@ -24,7 +24,7 @@ from dsgd_dask.estimators._steps import (
     features_payload,
     model_fingerprint,
 )
-from dsgd_dask.features.blocks import RandomFeatures
+from dsgd_dask.features.blocks import FourierPairs, RandomFeatures
 from dsgd_dask.features.nystroem import NystroemFeatures
 from dsgd_dask.model.expansion import KernelExpansion
 from dsgd_dask.model.store import StoreError, write_store
@@ -161,20 +161,27 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
         (a solver that takes all the features at once, such as ``"rca"``).
         """
         k = int(self.n_components) if k is None else k
-        kind = self.features
-        block, n_blocks = feature_blocks(n_samples, kind, self.n_features, self.block_size)
+        settings = self._step_settings(n_samples)
+        kind = settings["features"]
+        block, n_blocks = feature_blocks(n_samples, kind, settings["n_features"], settings["block_size"])
         if k > (block * n_blocks if whole_budget else block):
             bound = f"n_features={block * n_blocks}" if whole_budget else f"block_size={block} (the initial block)"
             raise ValueError(f"n_components={k} must be <= {bound}"
                              + (f"; Nyström blocks hold at most the {n_samples} rows" if kind == "nystroem" else ""))
-        batch = int(self.batch_size)
-        max_iter = max(500, min(10 * -(-n_samples // batch), 5000)) if self.max_iter == "auto" else int(self.max_iter)
+        batch = int(settings["batch_size"])
+        max_iter = settings["max_iter"]
+        max_iter = max(500, min(10 * -(-n_samples // batch), 5000)) if max_iter == "auto" else int(max_iter)
         return {
             "n_components": k, "features": kind, "block_size": block, "n_blocks": n_blocks, "batch_size": batch,
             "max_iter": max_iter, "shuffle_chunks": int(self.shuffle_chunks), "n_partitions": int(self.n_partitions),
             "eta0": float(self.eta0), "center": True,
             "eta_decay": self.eta_decay if self.eta_decay == "auto" else float(self.eta_decay),
         }
+
+    def _step_settings(self, n_samples: int) -> dict:
+        """``features``, ``n_features``, ``block_size``, ``batch_size`` and ``max_iter`` before their resolution."""
+        return {"features": self.features, "n_features": self.n_features, "block_size": self.block_size,
+                "batch_size": self.batch_size, "max_iter": self.max_iter}
 
     def _steps_whitening(self, p: dict) -> str:
         """``"joint"`` when the steps run on several Nyström blocks whitened together, else ``"block"``.
@@ -282,8 +289,9 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
                 features.append(NystroemFeatures(spec, rows[:, cols[v]], m, view_seed(self.seed_, v), dtype,
                                                  center=center))
             else:
-                features.append(RandomFeatures(spec, xs.shape[1], m, view_seed(self.seed_, v), dtype, center=center,
-                                               cache_bytes=cache))
+                cls = FourierPairs if p["features"] == "fourier_pairs" else RandomFeatures
+                features.append(cls(spec, xs.shape[1], m, view_seed(self.seed_, v), dtype, center=center,
+                                    cache_bytes=cache))
         if p["whitening"] == "joint":
             # the same landmarks whitened together; each joint block has about the second
             # moment of a block whitened on its own, so the step scale below holds
@@ -292,7 +300,9 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
         z = [f.transform(sample[:N_INIT, cols[v]], 0, 1).astype(np.float64) for v, f in enumerate(self._features)]
         if self._centred:
             z = [zv - zv.mean(axis=0) for zv in z]
-        lam = max(float(np.linalg.eigvalsh(zv.T @ zv / zv.shape[0])[-1]) for zv in z)
+        # the top eigenvalue of z^T z / n from the smaller of its two Gram matrices
+        lam = max(float(np.linalg.eigvalsh((zv.T @ zv if zv.shape[1] <= zv.shape[0] else zv @ zv.T) / zv.shape[0])[-1])
+                  for zv in z)
         if not np.isfinite(lam) or lam <= 0:
             raise ValueError("the data sample has no variance under this kernel; check the bandwidth")
         self._sample = sample

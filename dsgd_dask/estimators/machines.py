@@ -31,11 +31,29 @@ from sklearn.utils.validation import check_is_fitted
 from dsgd_dask._threads import one_blas_thread
 from dsgd_dask.baselines._dense import MAX_SAMPLES, materialise
 from dsgd_dask.engine.driver import run_passes
-from dsgd_dask.engine.ridge import CGSolver, precision_ridge
+from dsgd_dask.engine.ridge import (
+    AUTO_ALPHA_DECADES,
+    AUTO_HELD_OUT,
+    CGSolver,
+    DualRidgePath,
+    feature_path,
+    held_out_split,
+    precision_ridge,
+    search_alpha,
+)
 from dsgd_dask.engine.steps import StepConfig, StepState
 from dsgd_dask.estimators._atomic import atomic_fit
 from dsgd_dask.estimators._base import accepts_storage_options, kernel_spec
-from dsgd_dask.estimators._constraints import AUTO, KERNEL, NON_NEGATIVE, STEP_PRECONDITIONER, STEPS, solver_constraint
+from dsgd_dask.estimators._constraints import (
+    ALPHA,
+    AUTO,
+    COUNT,
+    KERNEL,
+    NON_NEGATIVE,
+    STEP_PRECONDITIONER,
+    STEPS,
+    solver_constraint,
+)
 from dsgd_dask.estimators._solvers import Clock, check_partial_fit, check_solver, record
 from dsgd_dask.estimators._steps import model_fingerprint, register
 from dsgd_dask.estimators.components import JOINT_STEPS_MAX_FEATURES, N_SAMPLE, ComponentStepEstimator, sections
@@ -60,12 +78,30 @@ EXACT_MAX_SAMPLES = MAX_SAMPLES
 #: features of more than one block and at most this many features (its Cholesky factor is
 #: ``M^2`` float64: 2 GiB at 16384 features, 8 GiB at 32768).
 LANDMARK_MAX_FEATURES = 32768
+#: ``KernelRidge(alpha="auto")``: the value :meth:`~KernelRidge.partial_fit` keeps (a stream is
+#: not held out; the former default).
+STREAM_ALPHA = 1e-4
+#: ``KernelRidge(alpha="auto", solver="exact")``: at most this many sample rows are fitted per
+#: regulariser of the grid (one ``n x n`` Cholesky factorisation each).
+EXACT_AUTO_ROWS = 4096
 #: Rows of the sample whose raw features' mean shifts the passes' sums (float32 accuracy).
 N_SHIFT = 2000
 #: ``eta_decay="auto"`` without a regulariser (no strong convexity): the schedule of the component rules.
 AUTO_DECAY_UNREGULARISED = 0.01
 #: ``eta_decay="auto"`` of block-preconditioned steps: Dai et al.'s ``eta_t = 1 / (1 + 1e-4 t)``.
 AUTO_DECAY_PRECONDITIONED = 1e-4
+#: The classifiers' defaults (``preconditioner="auto"``, Dai et al.'s recipe): batches of
+#: ``RECIPE_BATCH`` rows (at most the data), blocks of a power of two at most half the batch
+#: (between ``RECIPE_MIN_BLOCK`` and ``RECIPE_MAX_BLOCK`` features), a new block at every
+#: step, and ``RECIPE_EPOCHS`` passes over the rows in steps, between ``RECIPE_MIN_STEPS``
+#: and ``RECIPE_MAX_STEPS`` (step ``t`` regenerates ``t`` blocks, so the fit costs the
+#: square of the steps): 8,192 rows, 4,096 features, 59 steps on 60,000 rows.
+RECIPE_BATCH = 8192
+RECIPE_MIN_BLOCK, RECIPE_MAX_BLOCK = 16, 4096
+RECIPE_EPOCHS = 8
+RECIPE_MIN_STEPS, RECIPE_MAX_STEPS = 16, 128
+#: ``batch_size="auto"`` of plain steps (``preconditioner=None``).
+PLAIN_BATCH = 256
 
 
 @dataclass(frozen=True)
@@ -103,22 +139,35 @@ _MACHINE_PARAMS = """\
     kernel : {"gaussian", "laplacian", "cauchy", "matern", "arccos"}, default="gaussian"
     bandwidth : "median" or float, default="median"
     kernel_params : dict, optional
-    features : {"nystroem", "fourier"}, default="nystroem"
-        Nyström blocks (seeded landmark rows) or random Fourier blocks.
+    features : {"auto", "nystroem", "fourier", "fourier_pairs"}, default="auto" ("nystroem" for KernelRidge)
+        Nyström blocks (seeded landmark rows), random Fourier blocks (``cos`` with a random
+        phase) or ``[cos, sin]`` pairs of each frequency
+        (:class:`~dsgd_dask.features.FourierPairs`, the features of Dai et al.'s code).
+        ``"auto"`` (the classifiers): ``"fourier"`` with the block preconditioner,
+        ``"nystroem"`` with the plain steps.
     n_features : int or "auto", default="auto"
         Feature budget, met exactly (``n_features_``): an integer that cannot be met (not a
         multiple of an integer ``block_size``, or more Nyström landmarks than rows) is
         refused with a ``ValueError`` naming valid values. ``"auto"``:
-        ``min(4096, max(1024, 2 n))`` in whole blocks (Nyström: at most the ``n`` rows).
+        ``min(4096, max(1024, 2 n))`` in whole blocks (Nyström: at most the ``n`` rows);
+        with the block preconditioner, ``max_iter`` blocks (a new one at every step), at
+        most 128.
         The steps add one block per step, then revisit the blocks in turn; blocks not yet
         reached when the steps stop are in the model at zero. At most ``2**24``, as for
         :class:`~dsgd_dask.KernelPCA`.
     block_size : int or "auto", default="auto"
         1024 for Nyström blocks, 256 for Fourier blocks; with an integer ``n_features``,
-        the fewest equal blocks of half that size to that size.
-    batch_size : int, default=256
+        the fewest equal blocks of half that size to that size. With the block
+        preconditioner: the largest power of two at most half the batch (at most the
+        rows), between 16 and 4096.
+    batch_size : int or "auto", default="auto" (256 for KernelRidge)
+        Rows of a step (at most the rows of a slab of ``shuffle_chunks`` dask chunks).
+        ``"auto"``: 8192 with the block preconditioner, 256 otherwise.
     max_iter : int or "auto", default="auto"
-        Steps; ``"auto"``: ten passes over the data, between 500 and 5000 steps.
+        Steps; ``"auto"``: ten passes over the data, between 500 and 5000 steps; with the
+        block preconditioner, one step per block of an integer ``n_features``, else eight
+        passes over the rows between 16 and 128 steps (step ``t`` regenerates ``t``
+        blocks: the fit's cost grows as the square of the steps).
     shuffle_chunks, n_partitions : int, default=1
         As for :class:`~dsgd_dask.KernelPCA`.
     eta0 : float, default=0.5
@@ -146,19 +195,28 @@ _CLASSIFIER_ALPHA = """\
         blocks represent, their average: for Fourier blocks (each an unbiased
         approximation of the kernel) ``J |A|^2`` with ``J`` blocks; for Nyström blocks,
         each whitened on its own, the average of their ``J`` Nyström kernels (the kernel
-        itself on the landmarks' span when there is one block)."""
+        itself on the landmarks' span when there is one block). A number only, no
+        ``"auto"``: the steps' error falls as ``O(1 / (alpha t))``, so a regulariser
+        scored after a short run of steps is not the one that wins after the whole
+        budget (a short run favours a larger ``alpha``), and scoring each value of a grid
+        after the whole budget costs one fit per value. :class:`KernelRidge` chooses its
+        ``alpha`` from exact ridge solutions on the sample; the logistic and hinge losses
+        have no such closed form. Choose it with a grid search (e.g. scikit-learn's
+        ``GridSearchCV`` over ``alpha = 1 / (C n)``)."""
 
 _CLASSIFIER_SOLVER = """\
     solver : {"auto", "dsgd"}, default="auto"
         ``"dsgd"``: doubly stochastic gradient steps (Dai et al. 2014), the only solver;
         ``"auto"`` picks it.
-    preconditioner : {None, "block"}, default=None
-        How a step feeds its block. ``None``: the functional gradient through the block,
+    preconditioner : {"auto", None, "block"}, default="auto"
+        How a step feeds its block. ``"auto"``: ``"block"``, with the recipe's defaults of
+        the other parameters (the user guide's *The defaults*), unless an integer
+        ``batch_size`` is below twice an integer ``block_size`` (a block that wide would
+        interpolate the batch): then ``None``. ``None``: the functional gradient through the block,
         ``-eta z^T g / B`` on a batch of ``B`` rows (``g`` the loss's gradient in ``f``).
         ``"block"``: Dai et al.'s own code, the gradient multiplied by the inverse of the
         block's second moment on the batch, ``-eta (C + epsilon I)^{-1} z^T g / B`` with
-        ``C = z^T z / B`` and ``epsilon = 1e-6 tr(C) / m``
-        (:data:`~dsgd_dask.rules.machines.BLOCK_JITTER`): a Newton-like fit of the
+        ``C = z^T z / B`` and ``epsilon = preconditioner_jitter tr(C) / m``: a Newton-like fit of the
         residual by the new block, which takes far fewer steps, each ``O(B m^2 + m^3)``
         (large batches, blocks of a few thousand features; the batch must be several
         times the block, which would interpolate a batch as wide as itself: the paper
@@ -167,7 +225,14 @@ _CLASSIFIER_SOLVER = """\
         new one while the budget lasts, so with ``n_features = max_iter * block_size`` no
         block is visited twice, as in the paper. ``eta0`` and ``eta_decay`` resolve
         otherwise (below). Memory: the coefficients, ``n_features`` per output, and one
-        block's ``m x m`` second moment."""
+        block's ``m x m`` second moment.
+    preconditioner_jitter : float, default=1e-3
+        ``preconditioner="block"``: the ridge ``epsilon`` added to the block's second
+        moment, relative to its mean eigenvalue ``tr(C) / m``. Dai et al.'s ``1e-7`` on
+        blocks of 8,192 features (unit total variance) is ``8.2e-4`` of it. Far smaller
+        values let a block of ``m`` features on a batch of a few ``m`` rows fit the batch's
+        noise (on the MNIST recipe, ``1e-6`` stalls at 1.5 % test error where ``1e-3``
+        goes on below 1.4 %)."""
 
 _STEP_ATTRIBUTES = """\
     solver_ : str
@@ -191,16 +256,19 @@ class _KernelMachine(ComponentStepEstimator):
     #: and penalise the norm under the blocks' average kernel (of ``J`` Nyström kernels).
     _joint_steps = False
     _parameter_constraints: ClassVar[dict] = {**STEPS, **KERNEL, **STEP_PRECONDITIONER, "alpha": NON_NEGATIVE,
-                                              "eta_decay": [*NON_NEGATIVE, AUTO]}
+                                              "eta_decay": [*NON_NEGATIVE, AUTO],
+                                              "features": [StrOptions({"nystroem", "fourier", "fourier_pairs"})]}
 
-    def __init__(self, alpha=1e-4, *, solver="auto", preconditioner=None, kernel="gaussian", bandwidth="median",
-                 kernel_params=None, features="nystroem", n_features="auto", block_size="auto", batch_size=256,
+    def __init__(self, alpha=1e-4, *, solver="auto", preconditioner="auto", preconditioner_jitter=1e-3,
+                 kernel="gaussian", bandwidth="median", kernel_params=None, features="auto", n_features="auto",
+                 block_size="auto", batch_size="auto",
                  max_iter="auto", shuffle_chunks=1, n_partitions=1, eta0=0.5, eta_decay="auto",
                  compute_dtype="float32", cache_bytes=None, checkpoint=None, checkpoint_every=100, verbose=False,
                  random_state=None):
         self.alpha = alpha
         self.solver = solver
         self.preconditioner = preconditioner
+        self.preconditioner_jitter = preconditioner_jitter
         self.kernel = kernel
         self.bandwidth = bandwidth
         self.kernel_params = kernel_params
@@ -223,17 +291,25 @@ class _KernelMachine(ComponentStepEstimator):
     # -- the engine's hooks ----------------------------------------------------------------
     def _solver(self) -> str:
         """The solver to run: ``solver`` checked against the table, ``"auto"`` resolved (to ``"dsgd"``)."""
-        solver = check_solver(self, self.features)
+        solver = check_solver(self, self._features_kind())
         return "dsgd" if solver == "auto" else solver
+
+    def _features_kind(self) -> str:
+        """``features`` as the fit takes it."""
+        return self.features
 
     def _check_params(self, n_samples: int) -> dict:
         solver = self._solver()
         p = self._check_common(n_samples, k=self._n_outputs)
-        p["alpha"] = float(self.alpha)
+        p["alpha"] = self._alpha_value()
         p["solver"] = solver
         p["whitening"] = self._steps_whitening(p)
         p["step_preconditioner"] = self._step_preconditioner()
         return p
+
+    def _alpha_value(self) -> float:
+        """``alpha`` as the fit starts with it."""
+        return float(self.alpha)
 
     def _step_preconditioner(self):
         """The preconditioner of the steps: ``None`` or ``"block"``."""
@@ -260,7 +336,8 @@ class _KernelMachine(ComponentStepEstimator):
 
     def _make_rule(self, columns, guard_limit: float):
         return MachineRule(columns, guard_limit, self._loss, self._params["alpha"], self._encoder(),
-                           preconditioner=self._params.get("step_preconditioner"))
+                           preconditioner=self._params.get("step_preconditioner"),
+                           jitter=self.preconditioner_jitter)
 
     def _initial(self, z, sample, k):
         if self._params.get("step_preconditioner") == "block":
@@ -517,9 +594,34 @@ class KernelRidge(RegressorMixin, _KernelMachine):
 
     Parameters
     ----------
-    alpha : float, default=1e-4
+    alpha : float or "auto", default="auto"
         The regulariser of the objective above, in units of the kernel per row:
-        scikit-learn's ``KernelRidge(alpha=a)`` on ``n`` rows is ``alpha = a / n``.
+        scikit-learn's ``KernelRidge(alpha=a)`` on ``n`` rows is ``alpha = a / n``. A
+        number is used as given (no rows held out: the fit is the same, bit for bit,
+        as without the selection). ``"auto"``: chosen in :meth:`fit` on the seeded sample
+        of at most {N_SAMPLE:,} rows that the fit reads anyway (for the bandwidth and the
+        step scale; no extra pass over the data): its first {1 - AUTO_HELD_OUT:.0%} are
+        fitted and the last {AUTO_HELD_OUT:.0%} scored (held-out R², :attr:`alpha_scores_`)
+        for every ``alpha`` of the grid ``s 10^d``, ``d`` = {int(AUTO_ALPHA_DECADES[0])}
+        to {int(AUTO_ALPHA_DECADES[-1])}, then the two half decades either side of the best
+        (``s`` the kernel's mean diagonal ``E[k(x, x)]``, 1 for the Gaussian kernel). The
+        fitted problem is the solver's own: the same features and the same RKHS norm
+        (Nyström: in the basis of the kernel sections, ``K_LL`` plus the precision ridge;
+        Fourier: ``J I``), solved exactly for each ``alpha`` from the fitted rows'
+        moments ``Z^T Z`` (``M^2`` float64, ``n_s M^2`` multiply-adds once for ``n_s``
+        fitted rows) by one Cholesky factorisation (``M^3 / 3``); ``"exact"`` solves
+        kernel ridge on at most {EXACT_AUTO_ROWS} of the fitted rows (``(K + alpha n_s I)
+        c = y``, ``n_s^2`` float64, ``n_s^3 / 3`` per ``alpha``). Then the solver runs
+        once at the chosen ``alpha`` (:attr:`alpha_`) on all the rows: the passes of
+        ``"cg"`` and the steps of ``"dsgd"`` are those of a numeric ``alpha``. The
+        extra cost is the moments and 11 factorisations, on one core, and no pass: on
+        SARCOS (3,449 rows, ``M = 3072``, a busy two-core machine) 8 s and 21 s, where
+        the passes at one ``alpha`` took 40 s. ``"exact"`` on USPS (7,291 rows, the
+        selection on 4,096) added about 80 s to a 36 s solve. The sample holds fewer rows
+        than a large data set, and the best regulariser falls as the rows grow: on
+        more than {N_SAMPLE:,} rows ``"auto"`` errs on the side of a larger ``alpha``.
+        :meth:`partial_fit` keeps a fixed value: ``"auto"`` streams at ``alpha =``
+        {STREAM_ALPHA:g} (a stream has no held-out rows).
     solver : {{"auto", "dsgd", "cg", "exact"}}, default="auto"
         How the objective is minimised (above). ``"dsgd"`` and ``"cg"`` take
         ``features="nystroem"`` or ``"fourier"``, ``"exact"`` only the default
@@ -583,6 +685,15 @@ class KernelRidge(RegressorMixin, _KernelMachine):
         solve (``"exact"``, NaN).
     preconditioner_ : str
         ``solver="cg"``: the preconditioner used, ``"block"`` or ``"landmarks"``.
+    alpha_ : float
+        The regulariser of the fitted model: ``alpha`` when it is a number, else the one
+        chosen (:meth:`partial_fit` from scratch: {STREAM_ALPHA:g}).
+    alpha_grid_ : ndarray of shape (n_alphas,)
+        ``alpha="auto"`` in :meth:`fit`: the regularisers scored, increasing.
+    alpha_scores_ : ndarray of shape (n_alphas,)
+        Their held-out scores, ``1 - E[(y - f)^2] / Var(y)`` averaged over the outputs
+        (``Var(y)`` on all the sample rows; higher is better, ``-inf`` for a system that
+        did not factorise); ``alpha_`` has the highest (ties: the larger ``alpha``).
     bandwidth_ : float
     seed_ : int
     n_features_in_ : int
@@ -616,14 +727,16 @@ class KernelRidge(RegressorMixin, _KernelMachine):
     _joint_steps = True
     _parameter_constraints: ClassVar[dict] = {
         **_KernelMachine._parameter_constraints, **solver_constraint("KernelRidge"), "tol": NON_NEGATIVE,
-        "preconditioner": [StrOptions({"auto", "block", "landmarks"})]}
+        "preconditioner": [StrOptions({"auto", "block", "landmarks"})], "alpha": ALPHA}
 
-    def __init__(self, alpha=1e-4, *, solver="auto", tol=1e-6, preconditioner="auto", kernel="gaussian",
+    def __init__(self, alpha="auto", *, solver="auto", tol=1e-6, preconditioner="auto", preconditioner_jitter=1e-3,
+                 kernel="gaussian",
                  bandwidth="median", kernel_params=None, features="nystroem", n_features="auto", block_size="auto",
                  batch_size=256, max_iter="auto", shuffle_chunks=1, n_partitions=1, eta0=0.5, eta_decay="auto",
                  compute_dtype="float32", cache_bytes=None, checkpoint=None, checkpoint_every=100, verbose=False,
                  random_state=None):
-        super().__init__(alpha, solver=solver, preconditioner=preconditioner, kernel=kernel, bandwidth=bandwidth,
+        super().__init__(alpha, solver=solver, preconditioner=preconditioner,
+                         preconditioner_jitter=preconditioner_jitter, kernel=kernel, bandwidth=bandwidth,
                          kernel_params=kernel_params,
                          features=features, n_features=n_features, block_size=block_size, batch_size=batch_size,
                          max_iter=max_iter, shuffle_chunks=shuffle_chunks, n_partitions=n_partitions, eta0=eta0,
@@ -645,7 +758,7 @@ class KernelRidge(RegressorMixin, _KernelMachine):
         tol, pre = float(self.tol), self.preconditioner
         if self._solver() == "exact":
             # every training row a landmark, in one block: the budget and the steps' parameters do not apply
-            return {"solver": "exact", "alpha": float(self.alpha), "tol": tol,
+            return {"solver": "exact", "alpha": self._alpha_value(), "tol": tol,
                     "features": "nystroem", "block_size": n_samples, "n_blocks": 1, "max_iter": 1,
                     "batch_size": int(self.batch_size), "whitening": "block",
                     "preconditioner": pre}
@@ -684,13 +797,51 @@ class KernelRidge(RegressorMixin, _KernelMachine):
         self
         """
         solver = self._solver()  # a bad combination is refused before anything is read
-        self.__dict__.pop("preconditioner_", None)  # of an earlier fit by passes
-        if solver == "exact":
-            return self._fit_exact(self._validate_pair(X, y, reset=True)[2], callback)
-        self.convergence_ = []
-        self._fit(X, y, callback=callback)
+        for name in ("preconditioner_", "alpha_grid_", "alpha_scores_"):  # of an earlier fit
+            self.__dict__.pop(name, None)
+        self._alpha_auto = isinstance(self.alpha, str)  # taken by the first use: partial_fit keeps a value
+        try:
+            if solver == "exact":
+                return self._fit_exact(self._validate_pair(X, y, reset=True)[2], callback)
+            self.convergence_ = []
+            self._fit(X, y, callback=callback)
+        finally:
+            self.__dict__.pop("_alpha_auto", None)
         self.solver_ = solver
         return self
+
+    # -- alpha="auto" ----------------------------------------------------------------------
+    def _alpha_value(self) -> float:
+        # "auto": the stream's value until fit chooses one
+        return STREAM_ALPHA if isinstance(self.alpha, str) else float(self.alpha)
+
+    def _initial(self, z, sample, k):
+        # the features and the sample are made, the step scale and the rule not yet: alpha is chosen here
+        if self.__dict__.pop("_alpha_auto", False):
+            p, (x_cols, y_cols), S = self._params, self._columns(), self._sample
+            path, scale = feature_path(self._features[0], p["n_blocks"], S[:, x_cols], S[:, y_cols],
+                                       held_out_split(S.shape[0]))
+            self._use_alpha_path(search_alpha(path, scale))
+        return super()._initial(z, sample, k)
+
+    def _exact_alpha_path(self, spec, sample: np.ndarray):
+        """``alpha="auto"`` of the dense solve: kernel ridge on the sample's fitted rows, scored on the others."""
+        x_cols, y_cols = self._columns()
+        n_fit = held_out_split(sample.shape[0])
+        rows = min(n_fit, EXACT_AUTO_ROWS)
+        Xs = np.asarray(sample[:, x_cols], dtype=np.float64)
+        K = kernel_matrix(spec, Xs[:rows])
+        path = DualRidgePath(K, kernel_matrix(spec, Xs[n_fit:], Xs[:rows]),
+                             np.concatenate([sample[:rows, y_cols], sample[n_fit:, y_cols]]))
+        return search_alpha(path, float(np.mean(np.diag(K))))
+
+    def _use_alpha_path(self, found) -> None:
+        self._params["alpha"] = found.alpha
+        self.alpha_grid_, self.alpha_scores_ = found.grid, found.scores
+
+    def _finish(self, sample: np.ndarray) -> None:
+        super()._finish(sample)
+        self.alpha_ = self._params["alpha"]
 
     # -- the passes ("cg") ---------------------------------------------------------------------
     def _by_passes(self) -> bool:
@@ -737,8 +888,11 @@ class KernelRidge(RegressorMixin, _KernelMachine):
         self.seed_ = self._seed(self.random_state)
         x_cols, y_cols = self._columns()
         # the bandwidth of the other solvers on the same seed: the same kernel
-        spec = kernel_spec(self.kernel, self.bandwidth, self.kernel_params,
-                           sample_rows(view, N_SAMPLE, self.seed_)[:, x_cols])
+        sample = sample_rows(view, N_SAMPLE, self.seed_)
+        spec = kernel_spec(self.kernel, self.bandwidth, self.kernel_params, sample[:, x_cols])
+        if self.__dict__.pop("_alpha_auto", False):
+            self._use_alpha_path(self._exact_alpha_path(spec, sample))
+        del sample
         data = materialise(view)
         X, Y = data[:, x_cols], data[:, y_cols]
         del data
@@ -812,9 +966,65 @@ class KernelRidge(RegressorMixin, _KernelMachine):
     def _restore_extra(self, fitted: dict, arrays: dict) -> None:
         self._y_1d = fitted["y_1d"]
 
+    def _values_payload(self) -> dict:
+        if "alpha_grid_" not in self.__dict__:
+            return {}
+        return {"alpha_grid": self.alpha_grid_, "alpha_scores": self.alpha_scores_}
+
+    def _restore_values(self, arrays: dict) -> None:
+        self.alpha_ = float(self._params["alpha"])
+        if "alpha_grid" in arrays:
+            self.alpha_grid_ = np.asarray(arrays["alpha_grid"])
+            self.alpha_scores_ = np.asarray(arrays["alpha_scores"])
+
 
 class _KernelClassifier(ClassifierMixin, _KernelMachine):
     _numeric_target = False
+    _parameter_constraints: ClassVar[dict] = {
+        **_KernelMachine._parameter_constraints,
+        "features": [StrOptions({"auto", "nystroem", "fourier", "fourier_pairs"})],
+        "preconditioner": [StrOptions({"auto", "block"}), None], "batch_size": [*COUNT, AUTO]}
+
+    # -- the recipe's defaults ---------------------------------------------------------------
+    def _step_preconditioner(self):
+        """``"auto"``: ``"block"``, unless an integer ``batch_size`` is below twice an integer ``block_size``."""
+        if self.preconditioner != "auto":
+            return self.preconditioner
+        narrow = (self.batch_size != "auto" and self.block_size != "auto"
+                  and int(self.batch_size) < 2 * int(self.block_size))
+        return None if narrow else "block"
+
+    def _features_kind(self) -> str:
+        """``"auto"``: Fourier blocks with the block preconditioner (a new block each step), else Nyström."""
+        if self.features != "auto":
+            return self.features
+        return "fourier" if self._step_preconditioner() == "block" else "nystroem"
+
+    def _step_settings(self, n_samples: int) -> dict:
+        """The recipe's batch, block, steps and budget for what is ``"auto"`` (see :data:`RECIPE_BATCH`)."""
+        s = {**super()._step_settings(n_samples), "features": self._features_kind()}
+        block_steps = self._step_preconditioner() == "block"
+        if s["batch_size"] == "auto":
+            s["batch_size"] = RECIPE_BATCH if block_steps else PLAIN_BATCH
+        if not block_steps:
+            return s
+        batch = min(int(s["batch_size"]), n_samples)
+        budget = s["n_features"]
+        if s["block_size"] == "auto" and (budget == "auto" or s["features"] != "nystroem"):
+            block = 1 << max(0, (batch // 2).bit_length() - 1)  # a power of two, at most half the batch
+            block = max(RECIPE_MIN_BLOCK, min(block, RECIPE_MAX_BLOCK))
+            if budget == "auto" or int(budget) % block == 0:
+                s["block_size"] = block
+        if s["max_iter"] == "auto":
+            if budget != "auto" and s["block_size"] != "auto":
+                s["max_iter"] = max(1, -(-int(budget) // int(s["block_size"])))  # one new block per step
+            else:
+                s["max_iter"] = int(np.clip(-(-RECIPE_EPOCHS * n_samples // batch), RECIPE_MIN_STEPS,
+                                            RECIPE_MAX_STEPS))
+        if budget == "auto" and s["block_size"] != "auto":
+            # a new block at every step, up to RECIPE_MAX_STEPS blocks (then the steps revisit them)
+            s["n_features"] = min(int(s["max_iter"]), RECIPE_MAX_STEPS) * int(s["block_size"])
+        return s
 
     def _target(self, y, first: bool, classes=None):
         values = self._checked_target(y)
@@ -966,7 +1176,7 @@ class KernelSVC(_KernelClassifier):
     """
 
     _loss = "hinge"
-    _parameter_constraints: ClassVar[dict] = {**_KernelMachine._parameter_constraints,
+    _parameter_constraints: ClassVar[dict] = {**_KernelClassifier._parameter_constraints,
                                               **solver_constraint("KernelSVC")}
 
 
@@ -1006,7 +1216,7 @@ class KernelLogisticRegression(_KernelClassifier):
     (2, 2)
     """
 
-    _parameter_constraints: ClassVar[dict] = {**_KernelMachine._parameter_constraints,
+    _parameter_constraints: ClassVar[dict] = {**_KernelClassifier._parameter_constraints,
                                               **solver_constraint("KernelLogisticRegression")}
 
     @property

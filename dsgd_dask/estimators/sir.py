@@ -7,17 +7,20 @@ from numbers import Integral
 from typing import ClassVar
 
 import numpy as np
+import scipy.linalg
 from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
 
+from dsgd_dask._threads import one_blas_thread
 from dsgd_dask.baselines._moments import FourierMap, NystroemMap
 from dsgd_dask.baselines.exact_two_view import check_two_view_size, exact_sir, materialise_pair
 from dsgd_dask.baselines.rca import SHIFT_ROWS, sections
-from dsgd_dask.engine.rca import rca_moments
+from dsgd_dask.engine.rca import Moments, pooled_moments, rca_moments, split_moments
 from dsgd_dask.estimators._atomic import atomic_fit
+from dsgd_dask.estimators._auto import FALLBACK, MIN_ROWS, best_index, covariance_eigen, held_out_view, log_grid
 from dsgd_dask.estimators._base import accepts_storage_options
-from dsgd_dask.estimators._constraints import COUNT, KERNEL, POSITIVE, STEPS, solver_constraint
+from dsgd_dask.estimators._constraints import COUNT, KERNEL, RIDGE, STEPS, solver_constraint
 from dsgd_dask.estimators._solvers import Clock, check_partial_fit, check_solver, record
 from dsgd_dask.estimators._steps import model_fingerprint, register
 from dsgd_dask.estimators.components import N_SAMPLE, ComponentStepEstimator
@@ -33,6 +36,50 @@ from dsgd_dask.streams.slices import Slicer
 
 #: The arrays that define a fitted :class:`Slicer`, saved with the model.
 SLICER_FIELDS = ("values", "edges", "centroids", "mean", "scale")
+#: Features of the moments that choose ``reg="auto"`` for the solvers other than ``"rca"``.
+AUTO_FEATURES = 1024
+
+
+def default_reg_grid() -> np.ndarray:
+    """The ridges ``reg="auto"`` chooses from: ``1e-8`` to ``1``, two per decade (17 values)."""
+    return log_grid(1e-8, 1.0, 2)
+
+
+def _slice_factor(moments: Moments, M: int) -> np.ndarray:
+    """``G`` (slices seen x M) with ``G^T G`` the between-slice covariance, from the moments of ``[z, e]``."""
+    share = moments.mean[M:]
+    seen = share > 0
+    # column s of Cov(z, e) is p_s (mu_s - mu): G^T G = sum_s p_s (mu_s - mu)(mu_s - mu)^T
+    return (moments.cov[:M, M:][:, seen] / np.sqrt(share[seen])).T
+
+
+def sir_held_out_scores(fit: Moments, held: Moments, M: int, grid: np.ndarray, k: int) -> np.ndarray:
+    """For each ridge of ``grid``: the held-out share of variance the slice means explain, summed over ``k`` directions.
+
+    The directions ``a_i`` solve regularised SIR on the moments ``fit`` of ``[z, e]`` (``M``
+    features, then the slice indicators); on the moments ``held`` of other rows each
+    direction scores ``a^T Cb a / a^T Cxx a``: the share of the variance of ``f_i(x)`` that
+    the means of ``f_i`` over the slices of ``y`` explain there (the R^2 of ``f_i`` on the
+    slice indicators, in ``[0, 1]``; 0 for a constant direction). It is SIR's own objective
+    without the ridge, on rows the directions did not see: too small a ridge gives
+    directions that separate the fitted rows' slice means by noise, too large one
+    directions of large variance that the slices do not explain. One eigendecomposition of
+    the fitted covariance serves every ridge; each ridge then costs an SVD of the
+    ``slices x M`` whitened slice means.
+    """
+    w, V = covariance_eigen(fit.cov[:M, :M])
+    G = _slice_factor(fit, M) @ V
+    Gh = _slice_factor(held, M)
+    Hxx = held.cov[:M, :M]
+    scores = np.empty(len(grid))
+    for i, reg in enumerate(grid):
+        d = 1.0 / np.sqrt(w + reg)
+        _, _, Qt = scipy.linalg.svd(G * d, full_matrices=False, check_finite=False)
+        A = V @ (d[:, None] * Qt[:k].T)  # the directions on the features
+        between = ((Gh @ A) ** 2).sum(axis=0)
+        total = np.maximum(np.einsum("ij,ij->j", A, Hxx @ A), 0)
+        scores[i] = float(np.divide(between, total, out=np.zeros_like(between), where=total > 0).sum())
+    return scores
 
 
 @dataclass(eq=False)
@@ -85,7 +132,7 @@ class KernelSIR(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ComponentStep
     kernel_params : dict, optional
     n_slices : int, default=10
         Slices of the response (classes: one per class, when there are at most this many).
-    reg : float, default=1e-3
+    reg : float or "auto", default="auto"
         Ridge ``gamma > 0`` on the squared RKHS norm, in units of the kernel
         (``k(x, x) = 1`` for the shift-invariant kernels), one unit for every solver: the
         directions maximise ``Var E[f(x) | slice]`` under ``Var f(x) + reg ||f||_H^2 = 1``,
@@ -94,6 +141,25 @@ class KernelSIR(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ComponentStep
         means (variances are means over rows). In the dual, ``f = K~ alpha`` on ``n``
         centred training rows: ``K~ D K~ alpha = lambda (K~^2 / n + reg K~) alpha`` with
         ``D = sum_s 1_s 1_s^T / (n n_s)``. (scikit-learn has no kernel SIR.)
+
+        ``"auto"``: chosen during :meth:`fit` from :func:`default_reg_grid` (``1e-8`` to
+        ``1``, two per decade) on held-out rows: the rows are cut into at least 10 row
+        chunks (each input chunk into equal parts) and every fifth chunk by index is held
+        out (about 20 %, the same chunks on any machine); the directions are fitted on
+        the other chunks for every ridge, and each scores the share of its variance that
+        its slice means explain on the held-out rows, ``Var E[f_i | slice] / Var f_i``
+        (SIR's own objective without the ridge, so a ridge too small, which separates
+        the fitted rows' slice means by noise, and one too large, which prefers
+        directions of large variance whatever the slices, both score low), summed over
+        the ``n_components`` directions; the model is then fitted on all the rows with
+        the best (ties: the larger ridge). ``"rca"`` takes the moments of both parts in
+        its one read of the rows (no extra pass; one ``M x M`` eigendecomposition and
+        one ``n_slices x M`` SVD per ridge, twice the ``M^2`` float64 moments in memory
+        while choosing); ``"dsgd"`` and ``"exact"``: one extra pass before the fit, the
+        same choice on the moments of at most 1024 features (Nyström: that many of the
+        seeded landmarks whitened together; Fourier: the first seeded blocks). A number
+        is used as given, without the split (the fit of earlier versions, bit for bit).
+        :meth:`partial_fit` needs a fixed ridge: see there.
     solver : {"auto", "dsgd", "rca", "exact"}, default="auto"
         How the problem is solved:
 
@@ -155,6 +221,14 @@ class KernelSIR(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ComponentStep
         the fit sample of 10,000 rows; ``"rca"``, ``"exact"``: on all rows).
     slicer_ : Slicer
         The slices of ``y``.
+    reg_ : float
+        The ridge of the fit: ``reg``, or the value ``reg="auto"`` chose.
+    reg_grid_ : ndarray of shape (n_reg,)
+        The ridges scored, increasing (a numeric ``reg``: that one value).
+    reg_scores_ : ndarray of shape (n_reg,)
+        Their held-out scores: the held-out share of variance explained by the slice
+        means, summed over the directions (higher is better; NaN for a numeric ``reg``,
+        not scored).
     model_ : KernelExpansion
         The fitted functions (``"exact"``: the kernel sections at every training row,
         unwhitened; ``model_.coef`` are then dual coefficients, centred).
@@ -228,11 +302,11 @@ class KernelSIR(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ComponentStep
     _views = ("X",)
     _y_is_target = True
     _parameter_constraints: ClassVar[dict] = {
-        "n_components": COUNT, **KERNEL, **STEPS, **solver_constraint("KernelSIR"), "reg": POSITIVE,
+        "n_components": COUNT, **KERNEL, **STEPS, **solver_constraint("KernelSIR"), "reg": RIDGE,
         "n_slices": [Interval(Integral, 2, None, closed="left")]}
 
     def __init__(self, n_components=2, *, kernel="gaussian", bandwidth="median", kernel_params=None, n_slices=10,
-                 reg=1e-3, solver="auto", features="nystroem", n_features="auto", block_size="auto", batch_size=256,
+                 reg="auto", solver="auto", features="nystroem", n_features="auto", block_size="auto", batch_size=256,
                  max_iter="auto", shuffle_chunks=1, n_partitions=1, eta0=0.5, eta_decay=0.01,
                  compute_dtype="float32", cache_bytes=None, checkpoint=None, checkpoint_every=100, verbose=False,
                  random_state=None):
@@ -281,12 +355,82 @@ class KernelSIR(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ComponentStep
         solver = check_solver(self, self.features)
         solver = "dsgd" if solver == "auto" else solver
         self.convergence_ = []
-        if solver == "dsgd":
-            self._fit(X, y, callback=callback)
-        else:
-            self._fit_dense(X, y, solver)
+        self._begin_reg()
+        try:
+            if solver != "rca" and self._reg_is_auto():
+                self._chosen_reg = self._select_reg(X, y, solver)
+            if solver == "dsgd":
+                self._fit(X, y, callback=callback)
+            else:
+                self._fit_dense(X, y, solver)
+        finally:
+            self.__dict__.pop("_chosen_reg", None)
         self.solver_ = solver
         return self
+
+    # -- the ridge ("auto": chosen on held-out row chunks) ------------------------------------
+    def _reg_is_auto(self) -> bool:
+        return isinstance(self.reg, str)
+
+    def _begin_reg(self) -> None:
+        """Forget an earlier fit's choice of the ridge; record a numeric one."""
+        self.__dict__.pop("_chosen_reg", None)
+        if not self._reg_is_auto():
+            self._set_reg(float(self.reg), np.array([float(self.reg)]), np.array([np.nan]))
+
+    def _set_reg(self, reg: float, grid: np.ndarray, scores: np.ndarray) -> None:
+        self.reg_ = float(reg)
+        self.reg_grid_ = np.asarray(grid, dtype=np.float64)
+        self.reg_scores_ = np.asarray(scores, dtype=np.float64)
+        if isinstance(self.__dict__.get("_params"), dict):
+            self._params["reg"] = self.reg_
+
+    def _select_reg(self, X, y, solver: str) -> float:
+        """``reg="auto"`` for ``"dsgd"`` and ``"exact"``: one extra pass of rca moments.
+
+        The moments of at most :data:`AUTO_FEATURES` features (Nyström: that many of the
+        seeded landmark rows, at most the budget, whitened together; Fourier: the first
+        seeded blocks of the fit, up to that many features), with the held-out split and
+        the grid of the rca solver; the fit then runs with the chosen ridge.
+        """
+        view = self._validate_pair(X, y, reset=True)[2]
+        n = view.n_samples
+        p = self._check_params(n, solver)
+        seed = self._seed(self.random_state)
+        sample = sample_rows(view, N_SAMPLE, seed)
+        (spec,) = self._view_kernels(sample)
+        slicer = Slicer.fit(sample[:, self._columns()[1]], p["n_slices"], seed)
+        if p["features"] == "nystroem":
+            budget = n if solver == "exact" else p["n_blocks"] * p["block_size"]
+            n_blocks, block = 1, min(AUTO_FEATURES, budget, n)
+        else:
+            block = p["block_size"]
+            n_blocks = max(1, min(p["n_blocks"], AUTO_FEATURES // block))
+        k = min(p["n_components"], slicer.n_slices - 1)
+        sliced = self._sliced_map(view, spec, sample, slicer, n_blocks, block, p["features"], seed)[0]
+        reg, grid, scores, _ = self._choose(view, sliced, sample, k, Clock())
+        self._set_reg(reg, grid, scores)
+        return reg
+
+    def _choose(self, view, sliced, sample: np.ndarray, k: int, clock):
+        """``(reg, grid, scores, (moments, run))``: the held-out choice on the map ``sliced`` (one read of the rows).
+
+        ``moments`` are those of all the rows (pooled), ``run`` the moments' pass.
+        """
+        shift = sliced(sample[:SHIFT_ROWS]).mean(axis=0, dtype=np.float64)
+        if view.n_samples < MIN_ROWS:  # too few rows to hold any out: the fallback ridge, one pass
+            n, mean, cov, run = rca_moments(view, sliced, shift, center=True, clock=clock, verbose=self.verbose,
+                                            desc="KernelSIR(reg='auto')" if self.verbose else None,
+                                            name="sir-moments")
+            return FALLBACK, np.array([FALLBACK]), np.array([np.nan]), (Moments(n, mean, cov), run)
+        chunked, fit_chunks, held_chunks = held_out_view(view)
+        fit, held, run = split_moments(chunked, sliced, shift, fit_chunks, held_chunks, clock=clock,
+                                       verbose=self.verbose, desc="KernelSIR(reg='auto')" if self.verbose else None,
+                                       name="sir-moments")
+        grid = default_reg_grid()
+        with one_blas_thread():  # the same scores, so the same choice, on any machine
+            scores = sir_held_out_scores(fit, held, sliced.fmap.n_features, grid, k)
+        return float(grid[best_index(scores)]), grid, scores, (pooled_moments(fit, held), run)
 
     @accepts_storage_options
     @_fit_context(prefer_skip_nested_validation=True)
@@ -297,6 +441,10 @@ class KernelSIR(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ComponentStep
         The first call initialises (as ``solver="dsgd"``); ``solver_`` is ``"dsgd"`` after
         it. Only with ``solver="auto"`` or ``"dsgd"``, on a model fitted by steps or not
         fitted (a ``ValueError`` otherwise: the other solvers need all the rows at once).
+        The ridge stays fixed over the stream: a numeric ``reg``; with ``reg="auto"``, the
+        ``reg_`` of the fit the stream continues, or on a first call the value chosen on
+        held-out row chunks of that first batch (as :meth:`fit` does for ``"dsgd"``: one
+        extra pass over the batch).
 
         Parameters
         ----------
@@ -311,9 +459,16 @@ class KernelSIR(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ComponentStep
             raise ValueError(f"partial_fit continues doubly stochastic steps, but this model was fitted by "
                              f"solver={self.solver_!r}, which keeps no step state: refit it, or stream into a new "
                              "KernelSIR")
-        if not hasattr(self, "state_"):
+        first = not hasattr(self, "state_")
+        if first:
             self.convergence_ = []
-        self._partial_fit(X, y)
+            self._begin_reg()
+        try:
+            if first and self._reg_is_auto():  # chosen on the first batch, then fixed for the stream
+                self._chosen_reg = self._select_reg(X, y, "dsgd")
+            self._partial_fit(X, y)
+        finally:
+            self.__dict__.pop("_chosen_reg", None)
         self.solver_ = "dsgd"
         return self
 
@@ -343,7 +498,9 @@ class KernelSIR(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ComponentStep
         else:
             p = self._check_common(n_samples, whole_budget=solver == "rca")
         p["solver"] = solver
-        p["reg"], p["n_slices"] = float(self.reg), int(self.n_slices)
+        # "auto": the value chosen on held-out rows (None until an rca pass chooses it)
+        p["reg"] = self.__dict__.get("_chosen_reg") if self._reg_is_auto() else float(self.reg)
+        p["n_slices"] = int(self.n_slices)
         if p["n_slices"] > n_samples:
             raise ValueError(f"n_slices={p['n_slices']} must be <= n_samples={n_samples}")
         if p["n_components"] > p["n_slices"] - 1:
@@ -428,35 +585,51 @@ class KernelSIR(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ComponentStep
         """
         p = self._params
         J, m = p["n_blocks"], p["block_size"]
+        sliced, landmarks, center = self._sliced_map(view, spec, sample, self.slicer_, J, m, p["features"],
+                                                     self.seed_)
+        fmap = sliced.fmap
+        if self._reg_is_auto():  # the held-out choice in the same read of the rows, then all of them
+            reg, grid, scores, (moments, run) = self._choose(view, sliced, sample, p["n_components"], clock)
+            self._set_reg(reg, grid, scores)
+            mean, cov = moments.mean, moments.cov
+        else:
+            shift = sliced(sample[:SHIFT_ROWS]).mean(axis=0, dtype=np.float64)
+            _, mean, cov, run = rca_moments(view, sliced, shift, center=True, clock=clock, verbose=self.verbose,
+                                            desc="KernelSIR(solver='rca')" if self.verbose else None,
+                                            name="sir-moments")
+        M = fmap.n_features
+        G = _slice_factor(Moments(0, mean, cov), M)
+        vals, A = sliced_directions_low_rank(cov[:M, :M], G, p["reg"], p["n_components"])
         fseed = view_seed(self.seed_, 0)
-        center = xs.mean(axis=0, dtype=np.float64) if spec.shift_invariant else None
         if p["features"] == "nystroem":
-            landmarks = landmark_rows(view, J * m, self.seed_)[:, self._columns()[0]]
+            model = KernelExpansion(sections(spec, landmarks, fseed, center), fmap.normalization @ A,
+                                    mean[:M] @ A)
+        else:
+            model = KernelExpansion(fmap.features, A / np.sqrt(J), mean[:M] @ A)
+        return vals, model, run.records
+
+    def _sliced_map(self, view, spec, sample: np.ndarray, slicer: Slicer, J: int, m: int, features: str,
+                    seed: int) -> tuple:
+        """``(map, landmarks, center)``: rows to ``[z(x), e(y)]`` on ``J`` blocks of ``m`` features.
+
+        ``landmarks``: the Nyström landmark rows (``None`` for Fourier features); ``center``:
+        the sample's mean input of a shift-invariant kernel (``None`` otherwise).
+        """
+        xs = sample[:, self._columns()[0]]
+        center = xs.mean(axis=0, dtype=np.float64) if spec.shift_invariant else None
+        landmarks = None
+        if features == "nystroem":
+            landmarks = landmark_rows(view, J * m, seed)[:, self._columns()[0]]
             normalization = inverse_sqrt(kernel_matrix(spec, landmarks))
             if normalization.shape[1] == 0:
                 raise ValueError("the kernel is zero on every landmark (e.g. all-zero rows with the arccos kernel); "
                                  "no Nyström features can be formed")
             fmap = NystroemMap(spec, landmarks, normalization)
         else:
-            blocks = RandomFeatures(spec, xs.shape[1], m, fseed, self.compute_dtype, center=center,
+            blocks = RandomFeatures(spec, xs.shape[1], m, view_seed(seed, 0), self.compute_dtype, center=center,
                                     cache_bytes=self.cache_bytes)
             fmap = FourierMap(blocks, J)
-        sliced = SlicedMap(fmap, self.slicer_, self.n_features_in_)
-        shift = sliced(sample[:SHIFT_ROWS]).mean(axis=0, dtype=np.float64)
-        _, mean, cov, run = rca_moments(view, sliced, shift, center=True, clock=clock, verbose=self.verbose,
-                                        desc="KernelSIR(solver='rca')" if self.verbose else None,
-                                        name="sir-moments")
-        M = fmap.n_features
-        share = mean[M:]
-        seen = share > 0
-        # column s of Cov(z, e) is p_s (mu_s - mu): G^T G = sum_s p_s (mu_s - mu)(mu_s - mu)^T
-        G = (cov[:M, M:][:, seen] / np.sqrt(share[seen])).T
-        vals, A = sliced_directions_low_rank(cov[:M, :M], G, p["reg"], p["n_components"])
-        if p["features"] == "nystroem":
-            model = KernelExpansion(sections(spec, landmarks, fseed, center), normalization @ A, mean[:M] @ A)
-        else:
-            model = KernelExpansion(blocks, A / np.sqrt(J), mean[:M] @ A)
-        return vals, model, run.records
+        return SlicedMap(fmap, slicer, self.n_features_in_), landmarks, center
 
     # -- persistence -------------------------------------------------------------------------
     def save(self, path, overwrite: bool = False, *, storage_options=None):
@@ -475,6 +648,11 @@ class KernelSIR(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ComponentStep
 
     def _restore_values(self, arrays: dict) -> None:
         self.eigenvalues_ = arrays["eigenvalues"]
+        reg = float(self._params["reg"])
+        if "reg_grid" in arrays:
+            self._set_reg(reg, arrays["reg_grid"], arrays["reg_scores"])
+        else:  # a store written before the ridge was chosen by the data: the numeric reg
+            self._set_reg(reg, np.array([reg]), np.array([np.nan]))
 
     def _extra_payload(self) -> dict:
         s = self.slicer_
@@ -485,7 +663,8 @@ class KernelSIR(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ComponentStep
                 if getattr(self.slicer_, name) is not None}
 
     def _values_payload(self) -> dict:
-        return {"eigenvalues": self.eigenvalues_, **self._slicer_arrays()}
+        return {"eigenvalues": self.eigenvalues_, "reg_grid": self.reg_grid_, "reg_scores": self.reg_scores_,
+                **self._slicer_arrays()}
 
     def _restore_extra(self, fitted: dict, arrays: dict) -> None:
         fields = {name: arrays.get("slicer_" + name) for name in SLICER_FIELDS}

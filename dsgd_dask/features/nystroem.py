@@ -25,7 +25,15 @@ from dsgd_dask._linalg import small_eigh
 from dsgd_dask._threads import one_blas_thread, scratch
 from dsgd_dask.features.bandwidth import DataScale, check_scale
 from dsgd_dask.features.blocks import FeatureBlocks
-from dsgd_dask.features.kernels import KernelSpec, kernel_matrix
+from dsgd_dask.features.kernels import KernelSpec, l1_family_sections
+
+#: Bytes of kernel sections taken at once by their elementwise work (half of a core's 1 MiB
+#: L2 cache here): the squared distances, their scaling and exponential of a band of rows
+#: are done while the band is in cache, not in sweeps over every row. One GEMM still forms
+#: all the inner products first (tiling it cost more, in repacked operands, than the sweeps
+#: it saved), and the elementwise work is the same per entry: the sections do not depend on
+#: the band.
+BAND_BYTES = 1 << 19
 
 
 def kernel_sections(spec: KernelSpec, Xp: np.ndarray, Lt: np.ndarray, lsq: np.ndarray | None,
@@ -33,61 +41,81 @@ def kernel_sections(spec: KernelSpec, Xp: np.ndarray, Lt: np.ndarray, lsq: np.nd
     """``k(X, L)`` in the precision of ``Xp``, from prepared rows ``Xp`` and landmarks ``Lt = L^T``.
 
     Gaussian, Matérn and arc-cosine kernels take one GEMM (``lsq`` holds the squared
-    norms of the landmarks, or their norms for arc-cosine); Laplacian and Cauchy kernels
-    are evaluated in float64 and rounded.
+    norms of the landmarks, or their norms for arc-cosine), then their elementwise work
+    band by band of rows (:data:`BAND_BYTES`); Laplacian and Cauchy kernels are evaluated
+    in float64 and rounded (:func:`~dsgd_dask.features.kernels.l1_family_sections`).
     """
     name = spec.name
     if name in ("laplacian", "cauchy"):
-        res = kernel_matrix(spec, Xp, Lt.T)
         if out is None:
-            return res.astype(Xp.dtype)
-        out[...] = res
-        return out
+            out = np.empty((Xp.shape[0], Lt.shape[1]), dtype=Xp.dtype)
+        return l1_family_sections(spec, Xp, Lt.T, out)
     K = np.matmul(Xp, Lt, out=out)
+    if name == "arccos":
+        xn = np.sqrt(np.einsum("ij,ij->i", Xp, Xp)).astype(K.dtype)
+        ln = lsq.astype(K.dtype)
+    else:
+        xn, ln = np.einsum("ij,ij->i", Xp, Xp), lsq
+    band = max(1, BAND_BYTES // max(1, K.shape[1] * K.itemsize))
+    for r0 in range(0, K.shape[0], band):
+        r1 = r0 + band
+        if name == "arccos":
+            _arccos_band(spec, K[r0:r1], xn[r0:r1], ln)
+        else:
+            _distance_band(spec, K[r0:r1], xn[r0:r1], ln)
+    return K
+
+
+def _distance_band(spec: KernelSpec, K: np.ndarray, xsq: np.ndarray, lsq: np.ndarray) -> None:
+    """Gaussian or Matérn sections in place of a band of inner products ``x . l``."""
     dt = K.dtype.type
     s = spec.bandwidth
-    if name == "arccos":
-        nx = np.sqrt(np.einsum("ij,ij->i", Xp, Xp)).astype(K.dtype)
-        denom = np.multiply.outer(nx, lsq.astype(K.dtype))  # |x| |l|
-        with np.errstate(invalid="ignore", divide="ignore"):
-            np.divide(K, denom, out=K, where=denom > 0)
-        K[denom <= 0] = 1
-        np.clip(K, -1, 1, out=K)
-        theta = np.arccos(K)
-        order = spec.order
-        if order == 0:
-            np.subtract(np.pi, theta, out=K)
-        elif order == 1:
-            c = np.cos(theta)
-            np.multiply(np.pi - theta, c, out=K)
-            K += np.sin(theta)
-        else:
-            c = np.cos(theta)
-            np.multiply(np.pi - theta, 1 + 2 * c * c, out=K)
-            K += 3 * np.sin(theta) * c
-        denom /= dt(s * s)
-        if order:
-            K *= denom**order
-        K *= dt(1 / np.pi)
-        return K
     # squared distances |x|^2 + |l|^2 - 2 x.l, clipped at 0 against round-off
     K *= dt(-2)
-    K += np.einsum("ij,ij->i", Xp, Xp)[:, None]
+    K += xsq[:, None]
     K += lsq
     np.maximum(K, 0, out=K)
-    if name == "gaussian":
+    if spec.name == "gaussian":
         K *= dt(-0.5 / (s * s))
-        return np.exp(K, out=K)
+        np.exp(K, out=K)
+        return
     np.sqrt(K, out=K)
     K *= dt(1 / s)
     if spec.nu == 0.5:
         K *= dt(-1)
-        return np.exp(K, out=K)
+        np.exp(K, out=K)
+        return
     a = np.sqrt(dt(3.0) if spec.nu == 1.5 else dt(5.0)) * K
     poly = 1 + a if spec.nu == 1.5 else 1 + a + a * a / 3
     np.exp(-a, out=K)
     K *= poly
-    return K
+
+
+def _arccos_band(spec: KernelSpec, K: np.ndarray, nx: np.ndarray, nl: np.ndarray) -> None:
+    """Arc-cosine sections in place of a band of inner products ``x . l``, from the norms of both."""
+    dt = K.dtype.type
+    s = spec.bandwidth
+    denom = np.multiply.outer(nx, nl)  # |x| |l|
+    with np.errstate(invalid="ignore", divide="ignore"):
+        np.divide(K, denom, out=K, where=denom > 0)
+    K[denom <= 0] = 1
+    np.clip(K, -1, 1, out=K)
+    theta = np.arccos(K)
+    order = spec.order
+    if order == 0:
+        np.subtract(np.pi, theta, out=K)
+    elif order == 1:
+        c = np.cos(theta)
+        np.multiply(np.pi - theta, c, out=K)
+        K += np.sin(theta)
+    else:
+        c = np.cos(theta)
+        np.multiply(np.pi - theta, 1 + 2 * c * c, out=K)
+        K += 3 * np.sin(theta) * c
+    denom /= dt(s * s)
+    if order:
+        K *= denom**order
+    K *= dt(1 / np.pi)
 
 
 def inverse_sqrt(kernel_block: np.ndarray, dtype=np.float64, entrywise: bool = False) -> np.ndarray:

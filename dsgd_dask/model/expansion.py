@@ -92,6 +92,11 @@ def evaluate_blocks(features: RandomFeatures, coef: np.ndarray, X: np.ndarray, k
     if raw_coef is None:
         raw_coef = features.fold(coef)
     from_page = features.raw_are_features  # the kept block can be read off the page
+    if from_page and keep_block is not None and keep_block == n_blocks and n_blocks > 0:
+        # the next block (a step that adds one) is evaluated as one more page, with zero
+        # coefficients, so that it runs in parallel with the active blocks' pages
+        raw_coef = np.concatenate([raw_coef, np.zeros((m, raw_coef.shape[1]), raw_coef.dtype)])
+        n_blocks += 1
 
     def page(b0, b1, payload):
         r = features.raw(Xp, payload, out=scratch("page-z", (Xp.shape[0], (b1 - b0) * m), features.dtype))

@@ -14,6 +14,16 @@ The ``Cxx F W`` term is an operator applied to the functions, so it enters throu
 step's random block; the ridge term is a right factor and shrinks every block exactly.
 Each step updates one block and shrinks all of them, so ``gamma`` is the ridge of the
 kernel's own scale whatever the number of blocks.
+
+That new-block term moves each direction of the block's features by its variance: the
+directions of small variance, which kernel CCA at a small ridge needs, take about
+``1 / (eta variance)`` steps. With ``preconditioner="block"`` (the block preconditioner of
+the kernel machines' rules) kernel CCA multiplies each ``D`` by ``(C + epsilon I)^{-1}``,
+``C`` the centred covariance of the block's features on the batch and
+``epsilon = jitter tr(C) / m``, so that every direction moves at one rate (the generalised
+Oja flow ``F' = (Cxx)^{-1} Cxy G - F W`` restricted to the block). Its fixed points are
+unchanged without a ridge; the shrink still applies ``gamma``, which then weighs each
+block's ``Var z_t A_t + epsilon |A_t|^2`` rather than its RKHS norm.
 """
 
 from __future__ import annotations
@@ -21,6 +31,11 @@ from __future__ import annotations
 import numpy as np
 
 from dsgd_dask.rules.base import StepRule, Sums, Update, covariance, set_sums
+from dsgd_dask.rules.machines import PRECONDITIONERS, block_moment, block_solve
+
+#: Default jitter of kernel CCA's block preconditioner, relative to ``tr(C) / m`` (see
+#: ``KernelCCA``'s ``preconditioner_jitter`` for the measurements that set it).
+CCA_BLOCK_JITTER = 0.1
 
 
 class _TwoViewRule(StepRule):
@@ -51,13 +66,43 @@ class KSVDRule(_TwoViewRule):
 
 
 class KCCARule(_TwoViewRule):
-    """Kernel CCA with ridge ``reg``: the top canonical functions of the regularised problem."""
+    """Kernel CCA with ridge ``reg``: the top canonical functions of the regularised problem.
 
-    def __init__(self, columns, center: bool, guard_limit: float, reg: float):
+    Parameters
+    ----------
+    columns, center, guard_limit
+        As for :class:`~dsgd_dask.rules.base.StepRule`.
+    reg : float
+        The ridge ``gamma``.
+    preconditioner : {None, "block"}, default=None
+        ``"block"``: the new-block terms through ``(C + epsilon I)^{-1}`` (see the module
+        docstring); the sums then hold each view's ``z^T z``.
+    jitter : float, default=CCA_BLOCK_JITTER
+        ``epsilon`` relative to the mean eigenvalue ``tr(C) / m`` of the block's covariance.
+    """
+
+    def __init__(self, columns, center: bool, guard_limit: float, reg: float, preconditioner=None,
+                 jitter: float = CCA_BLOCK_JITTER):
         super().__init__(columns, center, guard_limit)
+        if preconditioner not in PRECONDITIONERS:
+            raise ValueError(f"preconditioner must be one of {PRECONDITIONERS}, got {preconditioner!r}")
         self.reg = float(reg)
+        self.preconditioner = preconditioner
+        self.jitter = float(jitter)
+
+    def sums(self, h: tuple, z: tuple, extra: dict, for_parts: bool) -> Sums:
+        out = super().sums(h, z, extra, for_parts)
+        if self.preconditioner == "block":
+            for i in (0, 1):
+                if f"zz{i}" not in out:
+                    out[f"zz{i}"] = block_moment(z[i])
+        return out
 
     def updates(self, total: Sums, eta: float) -> tuple[Update, ...]:
         W, zx_v, zy_u, zx_u, zy_v = self._moments(total)
         shrink = np.eye(W.shape[0]) - eta * self.reg * W
-        return Update(shrink, eta * (zx_v - zx_u @ W)), Update(shrink, eta * (zy_u - zy_v @ W))
+        gx, gy = zx_v - zx_u @ W, zy_u - zy_v @ W
+        if self.preconditioner == "block":
+            gx = block_solve(covariance(total, "zz0", "z0", "z0", self.center), gx, self.jitter)
+            gy = block_solve(covariance(total, "zz1", "z1", "z1", self.center), gy, self.jitter)
+        return Update(shrink, eta * gx), Update(shrink, eta * gy)

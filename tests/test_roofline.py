@@ -1,0 +1,214 @@
+"""Row slices of a pass in parallel threads, tiled kernel sections, and the roofline benchmark's plumbing.
+
+A pass takes each chunk's rows in slices fixed by the pass, computes the slices in
+parallel threads and adds their sums in slice order: the totals must be those of the
+slices taken one after the other, bit for bit, on any number of threads and on any
+scheduler. The kernel sections are computed tile by tile: their values are checked
+against the dense float64 kernel matrix.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+
+from dsgd_dask import _threads
+from dsgd_dask.engine import passes
+from dsgd_dask.engine.passes import PassRequest, PassView, covariance_request, moment_request, reduce_pass
+from dsgd_dask.features import nystroem
+from dsgd_dask.features.kernels import KernelSpec, kernel_matrix, l1_family_sections
+from dsgd_dask.features.nystroem import NystroemFeatures, kernel_sections
+from dsgd_dask.streams.inputs import DataView
+
+ROOT = Path(__file__).resolve().parents[1]
+D = 6
+
+
+@pytest.fixture
+def two_threads(monkeypatch):
+    """The package's loops two threads wide, whatever the machine's BLAS thread count."""
+    real = _threads._blas_setters()
+    monkeypatch.setattr(_threads, "_setters", [*real, (lambda: 2, lambda n: None)])
+
+
+@pytest.fixture
+def sequential_slices(monkeypatch):
+    """Slices taken one after the other in the calling thread (the order the totals must reproduce)."""
+
+    def in_order(fn, items, parallel=True):
+        for item in items:
+            yield fn(item)
+
+    monkeypatch.setattr(passes, "imap_ordered", in_order)
+
+
+def _case(seed=0, n=5000, M=64):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, D)).astype(np.float32)
+    features = NystroemFeatures(KernelSpec("gaussian", 2.0), X[rng.choice(n, M, replace=False)], M, seed,
+                                "float32", center=X.mean(0), whiten=False)
+    V = rng.normal(size=(M, 3))
+    shift = features.raw_transform(X[:300], 0, 1).mean(0, dtype=np.float64)
+    return X, features, V, shift
+
+
+def _flat(totals):
+    t = totals.views[0]
+    return [a for a in (t.products, t.sums, t.blocks, t.targets, totals.directions) if a is not None]
+
+
+def test_parallel_slices_sum_as_slices_in_order(two_threads, monkeypatch):
+    X, features, V, shift = _case()
+    # one page of features, 8 slices of rows (the last one short)
+    request = PassRequest(covariance_request(features, 1, V, shift).views, rows_per_slice=700)
+    threads = set()
+    raw = features.raw
+
+    def spy(*args, **kwargs):
+        threads.add(_threads.threading.get_ident())
+        return raw(*args, **kwargs)
+
+    monkeypatch.setattr(features, "raw", spy)
+    parallel = reduce_pass(DataView(X), request)
+    assert len(threads) == 2  # the slices went to both threads of the pool
+
+    def sequential(fn, items, parallel=True):
+        for item in items:
+            yield fn(item)
+
+    with monkeypatch.context() as m:
+        m.setattr(passes, "imap_ordered", sequential)
+        in_order = reduce_pass(DataView(X), request)
+    for a, b in zip(_flat(parallel), _flat(in_order), strict=True):
+        np.testing.assert_array_equal(a, b)
+    # and the sums are the right ones: z^T (z V) and sum z of the shifted sections, against float64
+    z = kernel_matrix(features.kernel, X.astype(np.float64) - features.center,
+                      features.landmarks - features.center) - shift
+    H = z @ V
+    t = parallel.views[0]
+    # float32 sections (relative error ~1e-6 per entry), summed over 5000 rows in float32 per slice
+    np.testing.assert_allclose(t.products, z.T @ H, rtol=0, atol=1e-4 * np.abs(z.T @ H).max())
+    np.testing.assert_allclose(t.sums, z.sum(0), rtol=0, atol=1e-5 * np.abs(z).sum(0).max())
+    np.testing.assert_allclose(parallel.directions, H.sum(0), rtol=0, atol=1e-5 * np.abs(H).sum(0).max())
+
+
+def test_parallel_slices_of_block_moments_and_targets(two_threads, sequential_slices, monkeypatch):
+    X, features, _, _ = _case(seed=1, n=3000)
+    rng = np.random.default_rng(2)
+    S = np.hstack([X, rng.normal(size=(len(X), 2)).astype(np.float32)])
+    request = PassRequest(moment_request(features, 1, slice(0, D), slice(D, D + 2)).views, rows_per_slice=500)
+    in_order = reduce_pass(DataView(S), request)
+    monkeypatch.undo()  # back to the parallel slices, still two threads wide
+    monkeypatch.setattr(_threads, "_setters", [*_threads._blas_setters(), (lambda: 2, lambda n: None)])
+    parallel = reduce_pass(DataView(S), request)
+    for a, b in zip(_flat(parallel), _flat(in_order), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_same_sums_on_numpy_rows_and_every_local_scheduler(two_threads, monkeypatch):
+    X, features, V, shift = _case(seed=3, n=6000)
+    monkeypatch.setattr(passes, "SLAB_ROWS", 2000)  # three slabs, each of several slices
+    request = PassRequest(covariance_request(features, 1, V, shift).views, rows_per_slice=600)
+    ref = reduce_pass(DataView(X), request)
+    for scheduler in ("synchronous", "threads"):
+        with dask.config.set(scheduler=scheduler):
+            got = reduce_pass(DataView(da.from_array(X, chunks=(2000, D))), request)
+        for a, b in zip(_flat(got), _flat(ref), strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_a_pass_with_a_gram_takes_its_slices_in_order(two_threads):
+    from dsgd_dask.baselines._moments import FourierMap
+    from dsgd_dask.features.blocks import RandomFeatures
+
+    X = np.random.default_rng(4).normal(size=(3000, D))
+    fmap = FourierMap(RandomFeatures(KernelSpec("gaussian", 2.0), D, 16, 0, "float64"), 2)
+    request = PassRequest((PassView(fmap, space="map", gram=True, sums=True),), rows_per_slice=400)
+    got = reduce_pass(DataView(X), request)
+    z = np.hstack([fmap(X), np.ones((len(X), 1))])
+    # float64 features summed in float64: round-off of a few eps times the rows
+    np.testing.assert_allclose(got.views[0].gram, z.T @ z, rtol=1e-12, atol=1e-12 * len(X))
+    np.testing.assert_allclose(got.views[0].sums, z[:, :-1].sum(0), rtol=1e-12, atol=1e-12 * len(X))
+
+
+# -- kernel sections, band by band of rows ------------------------------------------------------------------
+SPECS = [KernelSpec("gaussian", 3.0), KernelSpec("matern", 3.0, nu=0.5), KernelSpec("matern", 3.0, nu=1.5),
+         KernelSpec("matern", 3.0, nu=2.5), KernelSpec("arccos", 2.0, order=0), KernelSpec("arccos", 2.0, order=1),
+         KernelSpec("arccos", 2.0, order=2), KernelSpec("laplacian", 8.0), KernelSpec("cauchy", 3.0)]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: f"{s.name}-{s.nu or s.order or ''}")
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_sections_are_the_kernel_matrix_whatever_the_bands(spec, dtype, monkeypatch):
+    rng = np.random.default_rng(5)
+    rows, cols = 900, 400  # several bands of rows (BAND_BYTES), a short one last
+    X = rng.normal(size=(rows, 9)).astype(dtype)
+    L = rng.normal(size=(cols, 9)).astype(dtype)
+    X[4] = 0  # a zero row: the arc-cosine kernel's special case
+    lsq = np.einsum("ij,ij->i", L, L)
+    got = kernel_sections(spec, X, np.ascontiguousarray(L.T), np.sqrt(lsq) if spec.name == "arccos" else lsq)
+    assert got.dtype == np.dtype(dtype)
+    assert got.shape == (rows, cols)
+    ref = kernel_matrix(spec, X.astype(np.float64), L.astype(np.float64))
+    # float32: inner products and squared distances rounded to ~1e-7 relative of |x|^2 + |l|^2 (about 20
+    # here, in an exponent scaled by 1 / sigma^2); float64: the same at 1e-16
+    tol = 1e-5 if dtype == "float32" else 1e-12
+    np.testing.assert_allclose(got, ref, rtol=0, atol=tol * max(1.0, np.abs(ref).max()))
+    assert rows * cols * X.itemsize > 2 * nystroem.BAND_BYTES
+    # the elementwise work is the same per entry in any band of rows
+    monkeypatch.setattr(nystroem, "BAND_BYTES", 1)
+    again = kernel_sections(spec, X, np.ascontiguousarray(L.T), np.sqrt(lsq) if spec.name == "arccos" else lsq)
+    np.testing.assert_array_equal(again, got)
+
+
+def test_laplacian_sections_are_the_kernel_matrix_bit_for_bit():
+    rng = np.random.default_rng(6)
+    X, L = rng.normal(size=(300, 7)) + 5.0, rng.normal(size=(150, 7)) + 5.0
+    out = np.empty((300, 150))
+    np.testing.assert_array_equal(l1_family_sections(KernelSpec("laplacian", 4.0), X, L, out),
+                                  kernel_matrix(KernelSpec("laplacian", 4.0), X, L))
+    with pytest.raises(ValueError, match="laplacian or cauchy"):
+        l1_family_sections(KernelSpec("gaussian", 1.0), X, L, out)
+
+
+def test_cauchy_sections_past_overflow_are_zero():
+    X = np.array([[0.0, 0.0], [1e200, -1e200]])
+    L = np.array([[0.0, 0.0], [0.5, 0.5]])
+    out = l1_family_sections(KernelSpec("cauchy", 1.0), X, L, np.empty((2, 2)))
+    np.testing.assert_allclose(out[0], kernel_matrix(KernelSpec("cauchy", 1.0), X[:1], L)[0], rtol=1e-14)
+    assert np.all(out[1] == 0)
+    assert np.all(np.isfinite(out))
+
+
+# -- the roofline benchmark -------------------------------------------------------------------------
+def test_quick_roofline_run_writes_consistent_results(tmp_path):
+    spec = importlib.util.spec_from_file_location("bench_roofline", ROOT / "benchmarks" / "bench_roofline.py")
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules["bench_roofline"] = bench
+    spec.loader.exec_module(bench)
+    payload = bench.main(["--quick", "--out", str(tmp_path)])
+    saved = json.loads((tmp_path / "roofline_quick.json").read_text())
+    p = bench.QUICK
+    assert {(r["family"], r["M"], r["scheduler"]) for r in saved["rows"]} == {
+        (f, M, s) for f in bench.FAMILIES for M in p.budgets for s in ("threads", "cluster")}
+    for r in saved["rows"]:
+        assert r["seconds"] > 0
+        assert r["gemm_gflops"] > 0
+        flops = 2 * r["n"] * r["M"] * (p.n_features_in + 2 * p.directions)
+        assert r["gflops"] == pytest.approx(flops / r["seconds"] / 1e9)
+        assert r["fraction"] == pytest.approx(r["gflops"] / r["gemm_gflops"])
+        if r["scheduler"] == "cluster":
+            assert r["identical_to_threads"] is True  # the same sums on the cluster as on threads
+    blas = saved["blas"]
+    assert any(lib["user_api"] == "blas" for lib in blas["client"]["threadpools"])
+    assert len(blas["workers"]) == p.workers
+    assert all(k.startswith(("OPENBLAS", "OMP_", "MKL_")) for k in blas["client"]["env"])
+    assert len(payload["table"]) == 2 + len(bench.FAMILIES) * len(p.budgets)
+    assert saved["complete"] is True
