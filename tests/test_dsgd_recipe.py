@@ -9,7 +9,7 @@ from sklearn.pipeline import make_pipeline
 from dsgd_dask import KernelLogisticRegression, KernelRidge, KernelSVC, SamplePCA, UnitNorm
 from dsgd_dask.engine.parallel import apply_sums, part_sums
 from dsgd_dask.engine.steps import rule_step, step_target
-from dsgd_dask.rules.machines import BLOCK_JITTER, MachineRule, block_moment
+from dsgd_dask.rules.machines import BLOCK_JITTER, MOMENT_SLICE_ROWS, MachineRule, block_moment
 
 
 @pytest.fixture(scope="module")
@@ -60,16 +60,16 @@ def test_one_preconditioned_step_is_the_least_squares_fit_of_the_block():
 def test_block_moment_is_the_float64_product_and_the_same_on_any_number_of_threads():
     from dsgd_dask._threads import one_blas_thread
 
-    z = np.random.default_rng(1).normal(size=(5000, 96)).astype(np.float32)
+    z = np.random.default_rng(1).normal(size=(9000, 96)).astype(np.float32)
     exact = z.astype(np.float64).T @ z.astype(np.float64)
     sequential = np.zeros_like(exact)
     with one_blas_thread():
         threaded = block_moment(z)
-        for i in range(0, len(z), 2048):  # the slices, one after the other, added in order
-            sequential += z[i:i + 2048].T @ z[i:i + 2048]
+        for i in range(0, len(z), MOMENT_SLICE_ROWS):  # the slices, one after the other, added in order
+            sequential += z[i:i + MOMENT_SLICE_ROWS].T @ z[i:i + MOMENT_SLICE_ROWS]
     np.testing.assert_array_equal(threaded, sequential)
-    # float32 products over 2048 rows: relative error of order sqrt(2048) eps32 of the
-    # entries' scale (the diagonal, about 5000)
+    # float32 products over 4096 rows: relative error of order sqrt(4096) eps32 of the
+    # entries' scale (the diagonal, about 9000)
     np.testing.assert_allclose(threaded, exact, rtol=0, atol=1e-5 * np.abs(exact).max())
 
 

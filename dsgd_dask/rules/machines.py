@@ -51,7 +51,7 @@ PRECONDITIONERS = (None, "block")
 BLOCK_JITTER = 1e-3
 #: Rows of a slice of :func:`block_moment`: the slices' products run in parallel threads and
 #: are added in slice order, so the sum is the same on any number of threads.
-MOMENT_SLICE_ROWS = 2048
+MOMENT_SLICE_ROWS = 4096
 
 
 def loss_gradient(loss: str, f: np.ndarray, targets: np.ndarray) -> np.ndarray:
