@@ -23,7 +23,7 @@ N_TRAIN, N_TEST, M, BLOCK, K = 1500, 500, 256, 64, 5
 
 @pytest.fixture(scope="module")
 def usps_halves():
-    X = load_usps("train")[0][: N_TRAIN + N_TEST].astype(np.float64).reshape(-1, 16, 16)
+    X = load_usps("train", sample=True)[0][: N_TRAIN + N_TEST].astype(np.float64).reshape(-1, 16, 16)
     left, right = X[:, :, :8].reshape(len(X), -1), X[:, :, 8:].reshape(len(X), -1)
     return left[:N_TRAIN], right[:N_TRAIN], left[N_TRAIN:], right[N_TRAIN:]
 
