@@ -624,7 +624,7 @@ class KernelRidge(RegressorMixin, _KernelMachine):
         {STREAM_ALPHA:g} (a stream has no held-out rows).
     solver : {{"auto", "dsgd", "cg", "exact"}}, default="auto"
         How the objective is minimised (above). ``"dsgd"`` and ``"cg"`` take
-        ``features="nystroem"`` or ``"fourier"``, ``"exact"`` only the default
+        ``features="nystroem"``, ``"fourier"`` or ``"fourier_pairs"``, ``"exact"`` only the default
         ``"nystroem"`` (its features are the kernel sections at the training rows); any
         other combination is a ``ValueError`` before anything is read. Only ``"dsgd"``
         (and ``"auto"``) stream by :meth:`partial_fit`.
