@@ -109,3 +109,28 @@ def covariance_eigen(cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """
     w, V = scipy.linalg.eigh(0.5 * (cov + cov.T), check_finite=False)
     return np.maximum(w, 0.0), V
+
+
+class ChosenRidge:
+    """``reg`` of an estimator that chooses it with ``"auto"``: records ``reg_``, ``reg_grid_`` and ``reg_scores_``.
+
+    A numeric ``reg`` is recorded as itself, with a grid of one value and a NaN score.
+    """
+
+    def _reg_is_auto(self) -> bool:
+        """Whether the ridge is chosen during :meth:`fit` (``reg="auto"``)."""
+        return isinstance(self.reg, str)
+
+    def _begin_reg(self) -> None:
+        """Forget an earlier fit's choice of the ridge; record a numeric one."""
+        self.__dict__.pop("_chosen_reg", None)
+        if not self._reg_is_auto():
+            reg = float(self.reg)
+            self._set_reg(reg, np.array([reg]), np.array([np.nan]))
+
+    def _set_reg(self, reg: float, grid: np.ndarray, scores: np.ndarray) -> None:
+        self.reg_ = float(reg)
+        self.reg_grid_ = np.asarray(grid, dtype=np.float64)
+        self.reg_scores_ = np.asarray(scores, dtype=np.float64)
+        if isinstance(self.__dict__.get("_params"), dict):
+            self._params["reg"] = self.reg_

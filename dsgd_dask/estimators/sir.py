@@ -18,7 +18,15 @@ from dsgd_dask.baselines.exact_two_view import check_two_view_size, exact_sir, m
 from dsgd_dask.baselines.rca import SHIFT_ROWS, sections
 from dsgd_dask.engine.rca import Moments, pooled_moments, rca_moments, split_moments
 from dsgd_dask.estimators._atomic import atomic_fit
-from dsgd_dask.estimators._auto import FALLBACK, MIN_ROWS, best_index, covariance_eigen, held_out_view, log_grid
+from dsgd_dask.estimators._auto import (
+    FALLBACK,
+    MIN_ROWS,
+    ChosenRidge,
+    best_index,
+    covariance_eigen,
+    held_out_view,
+    log_grid,
+)
 from dsgd_dask.estimators._base import accepts_storage_options
 from dsgd_dask.estimators._constraints import COUNT, KERNEL, RIDGE, STEPS, solver_constraint
 from dsgd_dask.estimators._solvers import Clock, check_partial_fit, check_solver, record
@@ -110,7 +118,7 @@ class SlicedMap:
 
 
 @register
-class KernelSIR(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ComponentStepEstimator):
+class KernelSIR(ChosenRidge, ClassNamePrefixFeaturesOutMixin, TransformerMixin, ComponentStepEstimator):
     """Kernel sliced inverse regression.
 
     Finds the functions ``f_i`` of ``x`` whose values best explain the response ``y``
@@ -369,22 +377,6 @@ class KernelSIR(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ComponentStep
         return self
 
     # -- the ridge ("auto": chosen on held-out row chunks) ------------------------------------
-    def _reg_is_auto(self) -> bool:
-        return isinstance(self.reg, str)
-
-    def _begin_reg(self) -> None:
-        """Forget an earlier fit's choice of the ridge; record a numeric one."""
-        self.__dict__.pop("_chosen_reg", None)
-        if not self._reg_is_auto():
-            self._set_reg(float(self.reg), np.array([float(self.reg)]), np.array([np.nan]))
-
-    def _set_reg(self, reg: float, grid: np.ndarray, scores: np.ndarray) -> None:
-        self.reg_ = float(reg)
-        self.reg_grid_ = np.asarray(grid, dtype=np.float64)
-        self.reg_scores_ = np.asarray(scores, dtype=np.float64)
-        if isinstance(self.__dict__.get("_params"), dict):
-            self._params["reg"] = self.reg_
-
     def _select_reg(self, X, y, solver: str) -> float:
         """``reg="auto"`` for ``"dsgd"`` and ``"exact"``: one extra pass of rca moments.
 

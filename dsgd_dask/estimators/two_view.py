@@ -21,7 +21,15 @@ from dsgd_dask.engine.rca import Moments, pooled_moments, rca_moments, split_mom
 from dsgd_dask.engine.ridge import LandmarkPreconditioner, precision_ridge
 from dsgd_dask.engine.steps import StepState
 from dsgd_dask.estimators._atomic import atomic_fit
-from dsgd_dask.estimators._auto import FALLBACK, MIN_ROWS, best_index, covariance_eigen, held_out_view, log_grid
+from dsgd_dask.estimators._auto import (
+    FALLBACK,
+    MIN_ROWS,
+    ChosenRidge,
+    best_index,
+    covariance_eigen,
+    held_out_view,
+    log_grid,
+)
 from dsgd_dask.estimators._base import accepts_storage_options
 from dsgd_dask.estimators._constraints import (
     COUNT,
@@ -651,7 +659,7 @@ class KernelSVD(_TwoViewEstimator):
 
 
 @register
-class KernelCCA(_TwoViewEstimator):
+class KernelCCA(ChosenRidge, _TwoViewEstimator):
     __doc__ = f"""Kernel CCA with a ridge: the top canonical pairs of functions of two views.
 
     Finds functions ``f_i`` of ``x`` and ``g_i`` of ``y`` solving the regularised kernel
@@ -880,22 +888,6 @@ class KernelCCA(_TwoViewEstimator):
         return self._params["reg"]
 
     # -- the ridge ----------------------------------------------------------------------------
-    def _reg_is_auto(self) -> bool:
-        return isinstance(self.reg, str)
-
-    def _begin_reg(self) -> None:
-        self.__dict__.pop("_chosen_reg", None)
-        if not self._reg_is_auto():
-            reg = float(self.reg)
-            self._set_reg(reg, np.array([reg]), np.array([np.nan]))
-
-    def _set_reg(self, reg: float, grid: np.ndarray, scores: np.ndarray) -> None:
-        self.reg_ = float(reg)
-        self.reg_grid_ = np.asarray(grid, dtype=np.float64)
-        self.reg_scores_ = np.asarray(scores, dtype=np.float64)
-        if isinstance(self.__dict__.get("_params"), dict):
-            self._params["reg"] = self.reg_
-
     def _rca_choice(self, k: int):
         return HeldOutRidge(k, default_reg_grid(), self.verbose) if self._reg_is_auto() else None
 
