@@ -18,6 +18,7 @@ from threadpoolctl import threadpool_limits
 
 from dsgd_dask import KernelLogisticRegression, KernelRidge, KernelSVC, kernel_matrix, load
 from dsgd_dask.datasets import load_a9a, load_sarcos, load_usps
+from dsgd_dask.estimators import machines
 from dsgd_dask.estimators._solvers import RECORD_KEYS
 
 
@@ -52,7 +53,7 @@ def test_ridge_converges_to_kernel_ridge(sarcos):
     nu = 1e-3
     errors = []
     for steps in (250, 1000):
-        est = KernelRidge(alpha=nu, max_iter=steps, random_state=0).fit(X, y)
+        est = KernelRidge(alpha=nu, solver="dsgd", max_iter=steps, random_state=0).fit(X, y)
         with threadpool_limits(limits=1, user_api="blas"):  # the dense reference: faster on a busy machine
             exact = SkKernelRidge(alpha=nu * len(X), kernel="precomputed").fit(kernel_matrix(est.kernel_, X), y)
             ref = exact.predict(kernel_matrix(est.kernel_, Xt, X))
@@ -247,8 +248,9 @@ def test_passes_count_every_pass(sarcos):
 @pytest.mark.parametrize("cls", [KernelRidge, KernelSVC, KernelLogisticRegression])
 def test_records_and_partial_fit_of_the_steps(sarcos, a9a, cls):
     X, y = (sarcos[0], sarcos[1]) if cls is KernelRidge else (a9a[0], a9a[1])
-    est = cls(**SMALL)
-    assert est.solver == "auto"
+    # KernelRidge's "auto" fits by the dense solve or the passes (test_ridge_auto_solver)
+    est = cls(**SMALL, **({"solver": "dsgd"} if cls is KernelRidge else {}))
+    assert est.solver == ("dsgd" if cls is KernelRidge else "auto")
     est.fit(X, y)
     assert est.solver_ == "dsgd"
     assert est.n_iter_ == SMALL["max_iter"]
@@ -262,6 +264,26 @@ def test_records_and_partial_fit_of_the_steps(sarcos, a9a, cls):
     assert not hasattr(est, "n_passes_")
     with pytest.raises(ValueError, match=f"'solver' parameter of {cls.__name__} must be a str among"):
         cls(solver="cg" if cls is not KernelRidge else "newton").fit(X, y)
+
+
+def test_ridge_auto_solver(sarcos, monkeypatch):
+    # "auto" in fit: the dense solve on few rows with the default Nyström budget, the passes
+    # otherwise, each the same model bit for bit as the solver named; partial_fit streams by steps
+    X, y, Xt, _ = sarcos
+    auto = KernelRidge(alpha=1e-4, random_state=0).fit(X, y)
+    assert auto.solver_ == "exact"
+    exact = KernelRidge(alpha=1e-4, solver="exact", random_state=0).fit(X, y)
+    np.testing.assert_array_equal(auto.predict(Xt), exact.predict(Xt))
+    for params in ({"n_features": 256}, {"features": "fourier"}):
+        auto = KernelRidge(alpha=1e-4, random_state=0, **params).fit(X, y)
+        assert auto.solver_ == "cg"
+        cg = KernelRidge(alpha=1e-4, solver="cg", random_state=0, **params).fit(X, y)
+        np.testing.assert_array_equal(auto.predict(Xt), cg.predict(Xt))
+    monkeypatch.setattr(machines, "AUTO_EXACT_ROWS", len(X) - 1)
+    assert KernelRidge(alpha=1e-4, random_state=0).fit(X, y).solver_ == "cg"
+    streamed = KernelRidge(alpha=1e-4, n_features=256, random_state=0).partial_fit(X[:512], y[:512])
+    assert streamed.solver_ == "dsgd"
+    assert streamed.n_iter_ == 2  # one step per 256 rows
 
 
 def test_the_model_has_the_budget_whatever_the_steps(sarcos, a9a):
@@ -287,7 +309,7 @@ def test_jointly_whitened_steps_have_a_limit(sarcos, monkeypatch):
     monkeypatch.setattr(components, "JOINT_STEPS_MAX_FEATURES", 256)
     monkeypatch.setattr(kpca, "JOINT_STEPS_MAX_FEATURES", 256)
     with pytest.raises(ValueError, match="at most 256 features in several blocks, got 512; use n_features <= 256"):
-        KernelRidge(n_features=512, block_size=128).fit(X, y)
+        KernelRidge(solver="dsgd", n_features=512, block_size=128).fit(X, y)
     two_views = (X, X[:, :3])
     for est, args in ((KernelCCA(2, solver="dsgd"), two_views), (KernelSVD(2), two_views), (KernelSIR(2), (X, y))):
         with pytest.raises(ValueError, match="at most 256 features in several blocks, got 512"):
@@ -298,7 +320,7 @@ def test_jointly_whitened_steps_have_a_limit(sarcos, monkeypatch):
     assert KernelPCA(2, solver="dsgd", n_features=512, block_size=128, whitening="block", max_iter=2,
                      random_state=0).fit(X).n_features_ == 512
     # one block, Fourier blocks, the passes: no joint whitening, no limit
-    assert KernelRidge(n_features=512, max_iter=2, random_state=0).fit(X, y).n_features_ == 512
+    assert KernelRidge(solver="dsgd", n_features=512, max_iter=2, random_state=0).fit(X, y).n_features_ == 512
     assert KernelRidge(n_features=512, block_size=128, solver="cg", max_iter=2).fit(X, y).n_features_ == 512
 
 
@@ -319,8 +341,8 @@ def test_jointly_whitened_steps_save_resume_and_continue(sarcos, tmp_path):
     # the same, continues its stream as the fitted one does, and a fit stopped after a checkpoint
     # resumes to the uninterrupted one
     X, y, Xt, _ = sarcos
-    params = {"alpha": 1e-3, "n_features": 512, "block_size": 128, "batch_size": 64, "max_iter": 40,
-              "random_state": 3}
+    params = {"alpha": 1e-3, "solver": "dsgd", "n_features": 512, "block_size": 128, "batch_size": 64,
+              "max_iter": 40, "random_state": 3}
     est = KernelRidge(**params).fit(X, y)
     assert est._params["whitening"] == "joint"
     back = load(est.save(tmp_path / "ridge.zarr"))

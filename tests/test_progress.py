@@ -46,11 +46,11 @@ def test_run_plan_reports_every_step_to_a_callable(blobs, scheduler):
 
 def test_verbose_steps_fit_writes_a_tqdm_bar(blobs, capsys):
     y = blobs[:, 0] - blobs[:, 1]
-    KernelRidge(alpha=1e-3, n_features=256, block_size=64, batch_size=32, max_iter=30, random_state=0).fit(
-        blobs, y)
+    KernelRidge(alpha=1e-3, solver="dsgd", n_features=256, block_size=64, batch_size=32, max_iter=30,
+                random_state=0).fit(blobs, y)
     assert capsys.readouterr().err == ""
-    KernelRidge(alpha=1e-3, n_features=256, block_size=64, batch_size=32, max_iter=30, verbose=True,
-                    random_state=0).fit(blobs, y)
+    KernelRidge(alpha=1e-3, solver="dsgd", n_features=256, block_size=64, batch_size=32, max_iter=30,
+                verbose=True, random_state=0).fit(blobs, y)
     err = capsys.readouterr().err
     assert "30/30" in err
     assert "step" in err

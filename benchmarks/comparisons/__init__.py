@@ -1,5 +1,5 @@
 """The named comparisons of the runner; importing this package registers them all."""
 
-from benchmarks.comparisons import kcca_mnist8m, kha_usps, kpca_scale, pipelines, qm7_kpca, svm_mnist8m
+from benchmarks.comparisons import defaults, kcca_mnist8m, kha_usps, kpca_scale, pipelines, qm7_kpca, svm_mnist8m
 
-__all__ = ["kcca_mnist8m", "kha_usps", "kpca_scale", "pipelines", "qm7_kpca", "svm_mnist8m"]
+__all__ = ["defaults", "kcca_mnist8m", "kha_usps", "kpca_scale", "pipelines", "qm7_kpca", "svm_mnist8m"]

@@ -219,8 +219,9 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
         return slice(0, dx), slice(dx, dx + self.n_features_in_y_)
 
     # -- fitting ---------------------------------------------------------------------------
-    def _fit(self, X, Y, callback=None, **target):
-        vx, vy, view = self._validate_pair(X, Y, reset=True, **target)
+    def _fit(self, X, Y, callback=None, views=None, **target):
+        # views: those of _validate_pair(X, Y, reset=True, **target), when the caller has them already
+        vx, vy, view = views if views is not None else self._validate_pair(X, Y, reset=True, **target)
         inputs = {"X": vx, self._second_name: vy}
         if self._by_passes():  # the pass driver's checkpoint: the seed now, the solver's state in its run
             ckpt = self._pass_checkpoint(inputs)
