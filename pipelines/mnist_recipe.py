@@ -53,8 +53,8 @@ def run(data: str, out: str, steps: list[int], budget: float, block_size: int = 
     Xtd = da.from_array(Xt, chunks=(batch_size, -1))
     max_iter = max(steps)
     clf = KernelLogisticRegression(alpha=0.0, solver="dsgd", features="fourier", preconditioner="block",
-                                   block_size=block_size, batch_size=batch_size, max_iter=max_iter,
-                                   shuffle_chunks=shuffle_chunks,
+                                   preconditioner_jitter=1e-3, block_size=block_size, batch_size=batch_size,
+                                   max_iter=max_iter, shuffle_chunks=shuffle_chunks,
                                    n_features=max_iter * block_size, random_state=seed)
     pipe = make_pipeline(UnitNorm(), SamplePCA(n_components=n_components, n_samples=pca_samples,
                                                random_state=seed), clf)

@@ -134,3 +134,34 @@ class ChosenRidge:
         self.reg_scores_ = np.asarray(scores, dtype=np.float64)
         if isinstance(self.__dict__.get("_params"), dict):
             self._params["reg"] = self.reg_
+
+
+#: ``preconditioner_jitter="auto"``: the block preconditioner's relative jitters it chooses
+#: from, ``1e-4`` to ``10``, two per decade (11 values).
+JITTER_GRID = log_grid(1e-4, 10.0)
+
+
+def held_out_jitter(z: np.ndarray, targets: np.ndarray, n_fit: int, grid: np.ndarray = JITTER_GRID):
+    """``(jitter, scores)``: the block ridge whose least-squares fit of ``targets`` by one block generalises best.
+
+    ``z`` (rows x m) holds one feature block on the rows, ``targets`` (rows x c) what its
+    first step fits; the first ``n_fit`` rows are fitted, the others scored. For every
+    relative jitter ``j`` of ``grid``, ``A = (C + j tr(C)/m I)^{-1} z_f^T t_f / n_f`` with
+    ``C = z_f^T z_f / n_f`` (the block preconditioner's solve at ``eta = 1``, from one
+    eigendecomposition of ``C``), scored by the held-out rows' negated mean squared error.
+    Ties go to the larger jitter (:func:`best_index`).
+    """
+    from dsgd_dask.rules.machines import block_moment
+
+    zf, zh = z[:n_fit], z[n_fit:]
+    targets = np.asarray(targets, dtype=np.float64).reshape(len(z), -1)
+    tf, th = targets[:n_fit], targets[n_fit:]
+    m = z.shape[1]
+    C = block_moment(zf) / n_fit
+    b = (zf.T.astype(np.float64) @ tf) / n_fit
+    lam, V = scipy.linalg.eigh(C, check_finite=False)
+    scale = max(float(np.trace(C)), np.finfo(np.float64).tiny) / m
+    Vb, HV = V.T @ b, zh.astype(np.float64) @ V
+    scores = np.array([-float(np.mean((HV @ (Vb / (np.maximum(lam, 0.0) + j * scale)[:, None]) - th) ** 2))
+                       for j in grid])
+    return float(grid[best_index(scores)]), scores

@@ -74,7 +74,7 @@ STEPS: dict[str, list] = {
 
 #: ``preconditioner`` of the kernel classifiers' steps: none or each step's block's own second moment.
 STEP_PRECONDITIONER: dict[str, list] = {"preconditioner": [StrOptions({"block"}), None],
-                                         "preconditioner_jitter": [Interval(Real, 0, None, closed="neither")]}
+                                         "preconditioner_jitter": [Interval(Real, 0, None, closed="neither"), AUTO]}
 
 
 def solver_constraint(estimator: str) -> dict[str, list]:

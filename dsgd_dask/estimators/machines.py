@@ -43,6 +43,7 @@ from dsgd_dask.engine.ridge import (
 )
 from dsgd_dask.engine.steps import StepConfig, StepState
 from dsgd_dask.estimators._atomic import atomic_fit
+from dsgd_dask.estimators._auto import JITTER_GRID, MIN_ROWS, held_out_jitter
 from dsgd_dask.estimators._base import accepts_storage_options, kernel_spec
 from dsgd_dask.estimators._constraints import (
     ALPHA,
@@ -60,7 +61,7 @@ from dsgd_dask.estimators.components import JOINT_STEPS_MAX_FEATURES, N_SAMPLE, 
 from dsgd_dask.features.kernels import kernel_matrix
 from dsgd_dask.features.nystroem import NystroemFeatures
 from dsgd_dask.model.expansion import KernelExpansion
-from dsgd_dask.rules.machines import MachineRule
+from dsgd_dask.rules.machines import BLOCK_JITTER, MachineRule
 from dsgd_dask.streams.batches import sample_rows
 from dsgd_dask.streams.inputs import numeric_array
 from dsgd_dask.transform.lazy import apply_rows
@@ -229,13 +230,21 @@ _CLASSIFIER_SOLVER = """\
         block is visited twice, as in the paper. ``eta0`` and ``eta_decay`` resolve
         otherwise (below). Memory: the coefficients, ``n_features`` per output, and one
         block's ``m x m`` second moment.
-    preconditioner_jitter : float, default=1e-3
+    preconditioner_jitter : float or "auto", default="auto"
         ``preconditioner="block"``: the ridge ``epsilon`` added to the block's second
-        moment, relative to its mean eigenvalue ``tr(C) / m``. Dai et al.'s ``1e-7`` on
-        blocks of 8,192 features (unit total variance) is ``8.2e-4`` of it. Far smaller
-        values let a block of ``m`` features on a batch of a few ``m`` rows fit the batch's
-        noise (on the MNIST recipe, ``1e-6`` stalls at 1.5 % test error where ``1e-3``
-        goes on below 1.4 %)."""
+        moment, relative to its mean eigenvalue ``tr(C) / m``: the regulariser of each
+        block's fit of the residual. Dai et al.'s ``1e-7`` on blocks of 8,192 features
+        (unit total variance) is ``8.2e-4`` of it. Far smaller values let a block of ``m``
+        features on a batch of a few ``m`` rows fit the batch's noise (on the MNIST
+        recipe, ``1e-6`` stalls at 1.5 % test error where ``1e-3`` goes on below 1.4 %);
+        on noisy labels the best value is far larger. ``"auto"``: chosen in :meth:`fit`
+        from ``1e-4`` to ``10`` (two per decade) on the seeded sample of at most
+        10,000 rows the fit reads anyway: the first block's least-squares fit of the
+        ``{{-1, +1}}`` class codes (the targets, for :class:`KernelRidge`) on its first
+        80 %, scored on the last 20 % (:attr:`preconditioner_jitter_`,
+        :attr:`jitter_scores_`). It costs one ``m x m`` eigendecomposition and the block's
+        moment on the sample, on one core: a few seconds at ``m = 4096``. The first
+        :meth:`partial_fit` chooses it on its own rows, then keeps it."""
 
 _STEP_ATTRIBUTES = """\
     solver_ : str
@@ -245,7 +254,13 @@ _STEP_ATTRIBUTES = """\
     convergence_ : list of dict
         One record per chunk task of steps: ``iteration`` (steps so far), ``rows`` (rows
         seen), ``seconds`` (since the start of the fit) and ``measure`` (NaN: the steps
-        have no stopping test)."""
+        have no stopping test).
+    preconditioner_jitter_ : float
+        ``preconditioner="block"``: the relative jitter of the fit, given or chosen.
+    jitter_grid_, jitter_scores_ : ndarray of shape (11,)
+        ``preconditioner_jitter="auto"``: the jitters scored, increasing, and their
+        held-out scores (negated mean squared error of the first block's fit; higher is
+        better, ties to the larger jitter)."""
 
 
 class _KernelMachine(ComponentStepEstimator):
@@ -262,7 +277,7 @@ class _KernelMachine(ComponentStepEstimator):
                                               "eta_decay": [*NON_NEGATIVE, AUTO],
                                               "features": [StrOptions({"nystroem", "fourier", "fourier_pairs"})]}
 
-    def __init__(self, alpha=1e-4, *, solver="auto", preconditioner="auto", preconditioner_jitter=1e-3,
+    def __init__(self, alpha=1e-4, *, solver="auto", preconditioner="auto", preconditioner_jitter="auto",
                  kernel="gaussian", bandwidth="median", kernel_params=None, features="auto", n_features="auto",
                  block_size="auto", batch_size="auto",
                  max_iter="auto", shuffle_chunks=1, n_partitions=1, eta0=0.5, eta_decay="auto",
@@ -339,17 +354,53 @@ class _KernelMachine(ComponentStepEstimator):
 
     def _make_rule(self, columns, guard_limit: float):
         return MachineRule(columns, guard_limit, self._loss, self._params["alpha"], self._encoder(),
-                           preconditioner=self._params.get("step_preconditioner"),
-                           jitter=self.preconditioner_jitter)
+                           preconditioner=self._params.get("step_preconditioner"), jitter=self._jitter())
+
+    def _jitter(self) -> float:
+        """The block preconditioner's relative jitter: as given, or as ``"auto"`` chose it."""
+        if "jitter" in self._params:
+            return self._params["jitter"]
+        return BLOCK_JITTER if self.preconditioner_jitter == "auto" else float(self.preconditioner_jitter)
 
     def _initial(self, z, sample, k):
+        for name in ("jitter_grid_", "jitter_scores_", "preconditioner_jitter_"):  # of an earlier fit
+            self.__dict__.pop(name, None)
         if self._params.get("step_preconditioner") == "block":
+            self._params["jitter"] = self._choose_jitter() if self.preconditioner_jitter == "auto" else \
+                float(self.preconditioner_jitter)
             # no block yet: step t feeds block t while the budget lasts, so that with
             # n_features = max_iter * block_size every step has a new block
             return (np.zeros((0, k)),)
         return (np.zeros((z[0].shape[1], k)),)
 
+    def _choose_jitter(self) -> float:
+        """``preconditioner_jitter="auto"``: :func:`~dsgd_dask.estimators._auto.held_out_jitter` on the sample."""
+        S = self._sample
+        if len(S) < MIN_ROWS:  # too few rows to hold any out
+            self.jitter_grid_, self.jitter_scores_ = np.array([BLOCK_JITTER]), np.array([np.nan])
+            return BLOCK_JITTER
+        x_cols, y_cols = self._columns()
+        z = self._features[0].transform(S[:, x_cols], 0, 1)
+        targets = self._encoder()(S[:, y_cols])
+        jitter, self.jitter_scores_ = held_out_jitter(z, targets, held_out_split(len(S)))
+        self.jitter_grid_ = JITTER_GRID
+        return jitter
+
+    def _values_payload(self) -> dict:
+        if "jitter_scores_" not in self.__dict__:
+            return {}
+        return {"jitter_grid": self.jitter_grid_, "jitter_scores": self.jitter_scores_}
+
+    def _restore_values(self, arrays: dict) -> None:
+        if "jitter" in self._params:
+            self.preconditioner_jitter_ = float(self._params["jitter"])
+        if "jitter_grid" in arrays:
+            self.jitter_grid_ = np.asarray(arrays["jitter_grid"])
+            self.jitter_scores_ = np.asarray(arrays["jitter_scores"])
+
     def _finish(self, sample: np.ndarray) -> None:
+        if self._params.get("step_preconditioner") == "block":
+            self.preconditioner_jitter_ = self._jitter()
         features, coef = sections(self._features[0], self.state_.coef[0],
                                   self._params["n_blocks"] * self._params["block_size"])
         model = KernelExpansion(features, coef)
@@ -703,6 +754,9 @@ class KernelRidge(RegressorMixin, _KernelMachine):
         Their held-out scores, ``1 - E[(y - f)^2] / Var(y)`` averaged over the outputs
         (``Var(y)`` on all the sample rows; higher is better, ``-inf`` for a system that
         did not factorise); ``alpha_`` has the highest (ties: the larger ``alpha``).
+    preconditioner_jitter_, jitter_grid_, jitter_scores_
+        ``solver="dsgd", preconditioner="block"``: as for
+        :class:`~dsgd_dask.KernelLogisticRegression`.
     bandwidth_ : float
     seed_ : int
     n_features_in_ : int
@@ -738,7 +792,7 @@ class KernelRidge(RegressorMixin, _KernelMachine):
         **_KernelMachine._parameter_constraints, **solver_constraint("KernelRidge"), "tol": NON_NEGATIVE,
         "preconditioner": [StrOptions({"auto", "block", "landmarks"})], "alpha": ALPHA}
 
-    def __init__(self, alpha="auto", *, solver="auto", tol=1e-6, preconditioner="auto", preconditioner_jitter=1e-3,
+    def __init__(self, alpha="auto", *, solver="auto", tol=1e-6, preconditioner="auto", preconditioner_jitter="auto",
                  kernel="gaussian",
                  bandwidth="median", kernel_params=None, features="nystroem", n_features="auto", block_size="auto",
                  batch_size=256, max_iter="auto", shuffle_chunks=1, n_partitions=1, eta0=0.5, eta_decay="auto",
@@ -992,11 +1046,13 @@ class KernelRidge(RegressorMixin, _KernelMachine):
         self._y_1d = fitted["y_1d"]
 
     def _values_payload(self) -> dict:
+        out = super()._values_payload()
         if "alpha_grid_" not in self.__dict__:
-            return {}
-        return {"alpha_grid": self.alpha_grid_, "alpha_scores": self.alpha_scores_}
+            return out
+        return {**out, "alpha_grid": self.alpha_grid_, "alpha_scores": self.alpha_scores_}
 
     def _restore_values(self, arrays: dict) -> None:
+        super()._restore_values(arrays)
         self.alpha_ = float(self._params["alpha"])
         if "alpha_grid" in arrays:
             self.alpha_grid_ = np.asarray(arrays["alpha_grid"])
@@ -1146,9 +1202,11 @@ class _KernelClassifier(ClassifierMixin, _KernelMachine):
     def _values_payload(self) -> dict:
         # numbers as an array; other labels (strings) in the attributes, as JSON: Zarr v3 has
         # no stable specification of fixed-length strings
-        return {"classes": self.classes_} if self.classes_.dtype.kind in "biuf" else {}
+        out = super()._values_payload()
+        return {**out, "classes": self.classes_} if self.classes_.dtype.kind in "biuf" else out
 
     def _restore_values(self, arrays: dict) -> None:
+        super()._restore_values(arrays)
         if "classes" in arrays:
             self.classes_ = arrays["classes"]
 
