@@ -33,7 +33,8 @@ def _estimators():
     yield KernelSVD(**two)
     # KernelSIR: the automatic budget (Nyström landmarks are distinct rows, fewer than 256 in the checks)
     sir = dict(n_components=1, n_slices=4, block_size=64, max_iter=20, compute_dtype="float64", random_state=0)
-    yield KernelSIR(**sir)
+    yield KernelSIR(**sir)  # "auto": the dense solve on these few rows
+    yield KernelSIR(solver="dsgd", **sir)
     yield KernelSIR(solver="rca", **sir)
     yield KernelSIR(solver="exact", **sir)
     # the machines: the automatic budget (Nyström landmarks are distinct rows, fewer than 256 in the checks)
@@ -59,6 +60,9 @@ def _expected_failures(estimator):
     if isinstance(estimator, KernelRidge) and estimator.solver == "auto":
         # the check calls partial_fit after fit: "auto" fits by the dense solve or the passes
         # and streams by steps, and steps do not continue such a model (a ValueError)
+        return {"check_fit_score_takes_y": "partial_fit after a fit by the dense solve raises a ValueError"}
+    if isinstance(estimator, KernelSIR) and estimator.solver == "auto":
+        # as for KernelRidge: partial_fit does not continue the dense solve "auto" ran
         return {"check_fit_score_takes_y": "partial_fit after a fit by the dense solve raises a ValueError"}
     if isinstance(estimator, KernelSIR) and estimator.solver in ("rca", "exact"):
         # the checks call partial_fit, which takes steps: with these solvers a ValueError says so

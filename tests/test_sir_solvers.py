@@ -80,8 +80,12 @@ def test_dsgd_reaches_the_exact_subspace(sarcos, exact):
     # per slice, and products of the batch's statistics, bias the steps' estimates at order
     # n_slices / batch_size; more steps do not remove it (observed sin^2 5.3e-4 after 500 steps,
     # 7e-4 after 2000; eigenvalues within 1.3e-4). Bounds 5e-3 and 2e-3.
-    est = KernelSIR(K, reg=1e-3, random_state=0).fit(X, Y[:, 0])
+    est = KernelSIR(K, reg=1e-3, solver="dsgd", random_state=0).fit(X, Y[:, 0])
     assert est.solver_ == "dsgd"
+    # "auto" solves these 600 rows densely: the exact solution itself
+    auto = KernelSIR(K, reg=1e-3, random_state=0).fit(X, Y[:, 0])
+    assert auto.solver_ == "exact"
+    np.testing.assert_array_equal(auto.transform(X), exact.transform(X))
     assert principal_angle_sin2(est.transform(X), Fe) < 5e-3
     np.testing.assert_allclose(est.eigenvalues_, exact.eigenvalues_, rtol=0, atol=2e-3)
 
