@@ -646,11 +646,12 @@ class KernelRidge(RegressorMixin, _KernelMachine):
       ignored, the model holds the training rows and ``c`` (``n_features_ == n``).
     - ``"auto"``: in :meth:`fit`, ``"exact"`` on at most {AUTO_EXACT_ROWS:,} rows with the
       default Nyström features and ``n_features="auto"`` (a {AUTO_EXACT_ROWS:,}-row kernel
-      matrix is 512 MiB), ``"cg"`` otherwise; :attr:`solver_` records which. Measured on
-      four regression sets no default was chosen on (``python -m benchmarks run
-      defaults``), the steps reached R² 0.57 to 0.89 where the passes and the dense solve
-      reached 0.90 to 0.98 in less time. In :meth:`partial_fit`, ``"dsgd"`` (a stream is
-      taken by steps).
+      matrix is 512 MiB), ``"cg"`` otherwise; :attr:`solver_` records which. On three
+      regression sets no default was chosen on (``python -m benchmarks run defaults``:
+      SARCOS, Friedman #1, a sine-square problem) the steps with their other defaults
+      reached R² 0.89, 0.78 and 0.57, the passes 0.97, 0.95 and 0.90 and the dense solve
+      0.98, 0.95 and 0.95, both in less time (on the fourth, diabetes, all three 0.37).
+      In :meth:`partial_fit`, ``"dsgd"`` (a stream is taken by steps).
 
     Parameters
     ----------
