@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 from conftest import mnist_halves
@@ -107,3 +109,65 @@ def test_bad_preconditioner_is_refused(halves, param, value):
 def test_rule_refuses_an_unknown_preconditioner():
     with pytest.raises(ValueError, match="preconditioner"):
         KCCARule((slice(0, 1), slice(1, 2)), True, 1.0, 1e-3, preconditioner="diag")
+
+
+# -- preconditioner="sample": each block's covariance measured once, on the fit's sample ----------
+def test_sample_preconditioned_steps_reach_rca_on_the_same_blocks(halves, rca_reference):
+    """600 rows: the sample is every row, so its covariance is the batch's and the fixed points the same."""
+    A, B = halves
+    steps = dict(solver="dsgd", batch_size=600, max_iter=400, eta0=1.0, eta_decay=0.0, **RECIPE)
+    est = KernelCCA(3, preconditioner="sample", **steps).fit(A, B)
+    rel, sin2 = _errors(est, rca_reference, A)
+    assert rel < 1e-4
+    assert max(sin2) < 5e-3
+
+
+def test_sample_factors_solve_the_sample_covariance(halves):
+    from dsgd_dask.features.blocks import RandomFeatures
+    from dsgd_dask.features.kernels import parse_kernel
+    from dsgd_dask.rules.preconditioners import SampleBlockPreconditioner
+
+    A, B = halves
+    spec = parse_kernel("gaussian", 5.0, None)
+    feats = tuple(RandomFeatures(spec, v.shape[1], 16, 7 + i, "float64") for i, v in enumerate((A, B)))
+    pre = SampleBlockPreconditioner(feats, (A, B), jitter=0.1, center=True)
+    G = np.random.default_rng(0).normal(size=(16, 3))
+    for view, X in enumerate((A, B)):
+        for block in (0, 2):
+            z = feats[view].transform(X, block, block + 1)
+            C = np.cov(z, rowvar=False, bias=True)
+            np.testing.assert_allclose(pre.solve(view, block, G), block_solve(C, G, 0.1), rtol=1e-8)
+    assert pre.nbytes == 4 * 16 * 16 * 8  # one factor per view and block used
+    again = pickle.loads(pickle.dumps(pre))  # the factors stay in their process
+    assert again.nbytes == 0
+    np.testing.assert_array_equal(again.solve(1, 2, G), pre.solve(1, 2, G))
+
+
+def test_sample_preconditioned_model_is_the_same_on_threads(halves):
+    import dask
+    import dask.array as da
+
+    A, B = halves
+    params = dict(solver="dsgd", features="fourier", n_features=128, block_size=32, batch_size=50, max_iter=30,
+                  preconditioner="sample", random_state=4)
+    with dask.config.set(scheduler="sync"):
+        ref = KernelCCA(3, **params).fit(da.from_array(A, chunks=100), da.from_array(B, chunks=100))
+    with dask.config.set(scheduler="threads"):
+        est = KernelCCA(3, **params).fit(da.from_array(A, chunks=100), da.from_array(B, chunks=100))
+    for a, b in zip(est.models_, ref.models_, strict=True):
+        np.testing.assert_array_equal(a.coef, b.coef)
+    assert est._rule.sample.nbytes == 2 * 4 * 32 * 32 * 8  # 4 blocks per view, each factored once
+
+
+def test_loaded_sample_preconditioned_model_refuses_to_continue(halves, tmp_path):
+    from dsgd_dask import load
+
+    A, B = halves
+    est = KernelCCA(2, solver="dsgd", features="fourier", n_features=64, block_size=32, max_iter=5,
+                    preconditioner="sample", random_state=0).partial_fit(A, B)
+    est.save(tmp_path / "m.zarr")
+    loaded = load(tmp_path / "m.zarr")
+    np.testing.assert_array_equal(loaded.transform(A), est.transform(A))
+    with pytest.raises(ValueError, match="sample"):
+        loaded.partial_fit(A, B)
+    est.partial_fit(A, B)  # the estimator that holds its sample continues

@@ -34,6 +34,18 @@ def cluster():
         yield client
 
 
+@pytest.fixture
+def victim_cluster():
+    """A 2-worker ``LocalCluster`` of its own for a test that kills one of its workers.
+
+    A killed worker's nanny restarts it, but not always before the cluster is used again; a
+    cluster per test keeps the other tests independent of that timing.
+    """
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as c, \
+            Client(c) as client:
+        yield client
+
+
 class Interrupt(Exception):
     """Raised by :func:`interrupt_after` to stop a fit."""
 
@@ -171,13 +183,14 @@ def test_ridge_cg_same_model_on_threads_and_a_local_cluster(ridge_store, ridge_r
         assert len({t["worker"] for t in stream.data if str(t["key"]).startswith(name)}) == 2, name
 
 
-def test_ridge_cg_killed_worker_during_a_pass_leaves_the_fit_unchanged(ridge_store, ridge_references, cluster,
-                                                                        tmp_path):
+def test_ridge_cg_killed_worker_during_a_pass_leaves_the_fit_unchanged(ridge_store, ridge_references,
+                                                                        victim_cluster, tmp_path):
     """SIGKILL of the worker reading a row chunk in pass 2: the pass runs again, the model is the same."""
     import warnings
 
     flag = tmp_path / "kill"
-    pids = set(cluster.run(os.getpid).values())
+    cluster = victim_cluster
+    pids = _worker_pids(cluster)
     X, y = _xy(ridge_store)
     X = X.map_blocks(_read, str(flag), dtype=X.dtype)  # the rows' reading kills once the flag is there
 
@@ -191,7 +204,6 @@ def test_ridge_cg_killed_worker_during_a_pass_leaves_the_fit_unchanged(ridge_sto
     assert not flag.exists()  # a worker read it and killed itself
     assert len(pids - set(cluster.run(os.getpid).values())) == 1  # that worker process is gone
     _same_ridge(est, ridge_references["landmarks"])
-    _worker_pids(cluster)  # the nanny restarts it: two workers for the tests after this one
 
 
 
@@ -307,8 +319,9 @@ def test_two_view_pass_solvers_same_model_on_threads_and_a_local_cluster(two_vie
 
 @pytest.mark.parametrize("which", list(PASS_TASKS))
 def test_two_view_pass_solvers_killed_worker_leaves_the_model_unchanged(two_view_store, two_view_references,
-                                                                         cluster, which, monkeypatch):
+                                                                         victim_cluster, which, monkeypatch):
     """A worker killed (SIGKILL) while it reads a row chunk of pass 2 ("lobpcg") or of the one pass ("rca")."""
+    cluster = victim_cluster
     root, path = two_view_store
     flag = root / f"kill-{which}"
     pids = _worker_pids(cluster)
@@ -334,7 +347,6 @@ def test_two_view_pass_solvers_killed_worker_leaves_the_model_unchanged(two_view
     assert not flag.exists()  # a worker read it, and died
     assert len(pids - set(cluster.run(os.getpid, on_error="ignore").values())) == 1  # one worker process is gone
     _same_fit(model, two_view_references[which])
-    _worker_pids(cluster)  # the next test gets both workers again (the nanny restarts the killed one)
 
 
 # -- KernelPCA: solver="subspace" and solver="rca" ----------------------------------------------
@@ -455,7 +467,7 @@ def test_pca_pass_solvers_same_model_on_threads_and_a_local_cluster(pca_store, p
     _, path = pca_store
     with dask.config.set(scheduler="threads"):
         _same_pca(_pca(case, path), pca_references[case])
-    _worker_pids(cluster)  # both, also after a test that killed one
+    _worker_pids(cluster)
     with get_task_stream(cluster) as stream:
         model = _pca(case, path)
     _same_pca(model, pca_references[case])
@@ -465,12 +477,13 @@ def test_pca_pass_solvers_same_model_on_threads_and_a_local_cluster(pca_store, p
 
 
 @pytest.mark.parametrize("case", ["subspace-nystroem", "rca-nystroem"])
-def test_pca_pass_solvers_killed_worker_leaves_the_model_unchanged(pca_store, pca_references, cluster, case,
-                                                                    monkeypatch):
+def test_pca_pass_solvers_killed_worker_leaves_the_model_unchanged(pca_store, pca_references, victim_cluster,
+                                                                    case, monkeypatch):
     """A worker killed (SIGKILL) while it reads a row chunk of pass 2 ("subspace") or of the one pass ("rca")."""
+    cluster = victim_cluster
     root, path = pca_store
     flag = root / f"kill-{case}"
-    pids = _worker_pids(cluster)  # both, also after a test that killed one
+    pids = _worker_pids(cluster)
     kw = {}
     if case.startswith("subspace"):
         def arm(n_iter, model):
@@ -495,4 +508,3 @@ def test_pca_pass_solvers_killed_worker_leaves_the_model_unchanged(pca_store, pc
     assert not flag.exists()  # a worker read it, and died
     assert len(pids - set(cluster.run(os.getpid).values())) == 1  # one worker process is gone
     _same_pca(model, pca_references[case])
-    _worker_pids(cluster)  # the nanny restarts it: two workers for the tests after this one

@@ -45,7 +45,7 @@ def apply_sums(coef: tuple, total: Sums, t: int, eta_scale: float, features: tup
                cfg: StepConfig) -> tuple:
     """One update from the reduced sums of step ``t``; returns the new coefficients."""
     growing, target = step_target(coef, features, rule, cfg, t)
-    updates = rule.updates(total, step_size(eta_scale, cfg.eta_decay, t))
+    updates = rule.updates(total, step_size(eta_scale, cfg.eta_decay, t), block=target)
     rule.check(updates, t, total)
     return apply_updates(coef, updates, features, rule, growing, target)
 

@@ -106,7 +106,7 @@ def rule_step(coef: tuple, X: np.ndarray, t: int, eta_scale: float, features: tu
     growing, target = step_target(coef, features, rule, cfg, t)
     h, z = evaluate_sets(features, coef, X, rule, target)
     total = rule.sums(h, z, rule.extra(X), for_parts=False)
-    updates = rule.updates(total, step_size(eta_scale, cfg.eta_decay, t))
+    updates = rule.updates(total, step_size(eta_scale, cfg.eta_decay, t), block=target)
     rule.check(updates, t, total, local=(h, z))
     return apply_updates(coef, updates, features, rule, growing, target)
 

@@ -152,8 +152,11 @@ class StepRule:
         """
         raise NotImplementedError
 
-    def updates(self, total: Sums, eta: float) -> tuple[Update, ...]:
-        """One :class:`Update` per function set from the reduced sums, step size ``eta``."""
+    def updates(self, total: Sums, eta: float, block: int = 0) -> tuple[Update, ...]:
+        """One :class:`Update` per function set from the reduced sums, step size ``eta``.
+
+        ``block`` is the index of the block the step feeds (for a preconditioner kept per block).
+        """
         raise NotImplementedError
 
     def moments(self, total: Sums, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

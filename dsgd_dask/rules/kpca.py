@@ -35,7 +35,7 @@ class OjaRule(StepRule):
     def sums(self, h: tuple, z: tuple, extra: dict, for_parts: bool) -> Sums:
         return Sums({"n": np.array(float(h[0].shape[0])), **set_sums(0, h[0], z[0], for_parts)})
 
-    def updates(self, total: Sums, eta: float) -> tuple[Update, ...]:
+    def updates(self, total: Sums, eta: float, block: int = 0) -> tuple[Update, ...]:
         C = covariance(total, "hh0", "h0", "h0", self.center)
         g = covariance(total, "zh0", "z0", "h0", self.center)
         return (Update(shrink_matrix(C, eta, self.ordered), eta * g),)

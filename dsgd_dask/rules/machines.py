@@ -118,7 +118,7 @@ class MachineRule(StepRule):
             out["zz0"] = block_moment(z[0])
         return out
 
-    def updates(self, total: Sums, eta: float) -> tuple[Update, ...]:
+    def updates(self, total: Sums, eta: float, block: int = 0) -> tuple[Update, ...]:
         n = max(float(total["n"]), 1.0)
         c = total["zg"].shape[1]
         shrink = (1.0 - eta * self.alpha) * np.eye(c)

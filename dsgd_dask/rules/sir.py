@@ -42,7 +42,7 @@ class KSIRRule(StepRule):
         return Sums({"n": np.array(float(len(ids))), **set_sums(0, h[0], z[0], for_parts),
                      "count": one_hot.sum(axis=0), "hs": one_hot.T @ h[0], "zs": z64.T @ one_hot})
 
-    def updates(self, total: Sums, eta: float) -> tuple[Update, ...]:
+    def updates(self, total: Sums, eta: float, block: int = 0) -> tuple[Update, ...]:
         n = max(float(total["n"]), 1.0)
         count = total["count"]
         seen = count > 0

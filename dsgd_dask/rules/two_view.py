@@ -23,7 +23,11 @@ the kernel machines' rules) kernel CCA multiplies each ``D`` by ``(C + epsilon I
 ``epsilon = jitter tr(C) / m``, so that every direction moves at one rate (the generalised
 Oja flow ``F' = (Cxx)^{-1} Cxy G - F W`` restricted to the block). Its fixed points are
 unchanged without a ridge; the shrink still applies ``gamma``, which then weighs each
-block's ``Var z_t A_t + epsilon |A_t|^2`` rather than its RKHS norm.
+block's ``Var z_t A_t + epsilon |A_t|^2`` rather than its RKHS norm. With
+``preconditioner="sample"`` ``C`` is the block's covariance on the fit's sample rather than
+on the batch, measured once per block
+(:class:`~dsgd_dask.rules.preconditioners.SampleBlockPreconditioner`): the same metric at
+every step, of full rank when the batch is narrower than the block.
 """
 
 from __future__ import annotations
@@ -32,6 +36,10 @@ import numpy as np
 
 from dsgd_dask.rules.base import StepRule, Sums, Update, covariance, set_sums
 from dsgd_dask.rules.machines import PRECONDITIONERS, block_moment, block_solve
+from dsgd_dask.rules.preconditioners import SampleBlockPreconditioner
+
+#: Step preconditioners of kernel CCA: those of the machines, and ``"sample"``.
+CCA_PRECONDITIONERS = (*PRECONDITIONERS, "sample")
 
 #: Default jitter of kernel CCA's block preconditioner, relative to ``tr(C) / m`` (see
 #: ``KernelCCA``'s ``preconditioner_jitter`` for the measurements that set it).
@@ -59,7 +67,7 @@ class _TwoViewRule(StepRule):
 class KSVDRule(_TwoViewRule):
     """Kernel SVD: the top singular functions of the cross-covariance operator ``Cxy``."""
 
-    def updates(self, total: Sums, eta: float) -> tuple[Update, ...]:
+    def updates(self, total: Sums, eta: float, block: int = 0) -> tuple[Update, ...]:
         W, zx_v, zy_u, _, _ = self._moments(total)
         shrink = np.eye(W.shape[0]) - eta * W
         return Update(shrink, eta * zx_v), Update(shrink, eta * zy_u)
@@ -74,21 +82,26 @@ class KCCARule(_TwoViewRule):
         As for :class:`~dsgd_dask.rules.base.StepRule`.
     reg : float
         The ridge ``gamma``.
-    preconditioner : {None, "block"}, default=None
+    preconditioner : {None, "block", "sample"}, default=None
         ``"block"``: the new-block terms through ``(C + epsilon I)^{-1}`` (see the module
-        docstring); the sums then hold each view's ``z^T z``.
+        docstring); the sums then hold each view's ``z^T z``. ``"sample"``: ``C`` measured
+        once per block on fixed rows (``sample``).
     jitter : float, default=CCA_BLOCK_JITTER
         ``epsilon`` relative to the mean eigenvalue ``tr(C) / m`` of the block's covariance.
+    sample : SampleBlockPreconditioner, optional
+        The per-block factors of ``preconditioner="sample"``; without them (a loaded
+        model, whose sample is not kept) the rule refuses to step.
     """
 
     def __init__(self, columns, center: bool, guard_limit: float, reg: float, preconditioner=None,
-                 jitter: float = CCA_BLOCK_JITTER):
+                 jitter: float = CCA_BLOCK_JITTER, sample: SampleBlockPreconditioner | None = None):
         super().__init__(columns, center, guard_limit)
-        if preconditioner not in PRECONDITIONERS:
-            raise ValueError(f"preconditioner must be one of {PRECONDITIONERS}, got {preconditioner!r}")
+        if preconditioner not in CCA_PRECONDITIONERS:
+            raise ValueError(f"preconditioner must be one of {CCA_PRECONDITIONERS}, got {preconditioner!r}")
         self.reg = float(reg)
         self.preconditioner = preconditioner
         self.jitter = float(jitter)
+        self.sample = sample
 
     def sums(self, h: tuple, z: tuple, extra: dict, for_parts: bool) -> Sums:
         out = super().sums(h, z, extra, for_parts)
@@ -98,11 +111,15 @@ class KCCARule(_TwoViewRule):
                     out[f"zz{i}"] = block_moment(z[i])
         return out
 
-    def updates(self, total: Sums, eta: float) -> tuple[Update, ...]:
+    def updates(self, total: Sums, eta: float, block: int = 0) -> tuple[Update, ...]:
         W, zx_v, zy_u, zx_u, zy_v = self._moments(total)
         shrink = np.eye(W.shape[0]) - eta * self.reg * W
         gx, gy = zx_v - zx_u @ W, zy_u - zy_v @ W
         if self.preconditioner == "block":
             gx = block_solve(covariance(total, "zz0", "z0", "z0", self.center), gx, self.jitter)
             gy = block_solve(covariance(total, "zz1", "z1", "z1", self.center), gy, self.jitter)
+        elif self.preconditioner == "sample":
+            if self.sample is None:
+                raise ValueError("preconditioner='sample' has no sample to measure the blocks on")
+            gx, gy = self.sample.solve(0, block, gx), self.sample.solve(1, block, gy)
         return Update(shrink, eta * gx), Update(shrink, eta * gy)
