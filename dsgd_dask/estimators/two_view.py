@@ -70,11 +70,33 @@ def default_reg_grid() -> np.ndarray:
     return log_grid(1e-8, 1.0, 2)
 
 
+#: Largest side of the whitened cross-covariance whose top singular vectors come from the
+#: eigenvectors of its smaller Gram matrix (LAPACK, any multiplicity); above it, ARPACK.
+GRAM_SIDE = 2048
+
+
 def _top_singular(T: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The top ``k`` left and right singular vectors of ``T`` (ARPACK from a fixed start; dense when small)."""
+    """The top ``k`` left and right singular vectors of ``T``.
+
+    Up to :data:`GRAM_SIDE` columns or rows: the top eigenvectors of the smaller Gram
+    matrix (``T^T T`` or ``T T^T``), the other side by ``T v / sigma``. ARPACK needs
+    thousands of products when the top singular values repeat (few rows against many
+    features: many correlations of 1), the Gram matrix does not. Larger: ARPACK from a
+    fixed start, the dense SVD if it does not converge.
+    """
     if 2 * k >= min(T.shape) or min(T.shape) <= 512:
         U, _, Vt = scipy.linalg.svd(T, full_matrices=False, check_finite=False)
         return U[:, :k], Vt[:k].T
+    if min(T.shape) <= GRAM_SIDE:
+        wide = T.shape[1] > T.shape[0]
+        S = T.T if wide else T
+        n = S.shape[1]
+        w, V = scipy.linalg.eigh(S.T @ S, subset_by_index=[n - k, n - 1], check_finite=False)
+        w, V = w[::-1], V[:, ::-1]
+        sv = np.sqrt(np.maximum(w, 0))
+        U = S @ V
+        U = np.divide(U, sv, out=np.zeros_like(U), where=sv > np.finfo(np.float64).eps * max(sv[0], 1e-300))
+        return (V, U) if wide else (U, V)
     try:
         U, sv, Vt = svds(T, k=k, v0=np.ones(min(T.shape)) / np.sqrt(min(T.shape)), random_state=0)
     except ArpackNoConvergence:  # (nearly) repeated singular values at the k-th: the dense SVD
