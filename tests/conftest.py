@@ -43,6 +43,30 @@ def s3_server():
                 os.environ[k] = v
 
 
+@pytest.fixture(scope="session")
+def local_clusters():
+    """``get(n)``: a ``distributed.LocalCluster`` of ``n`` worker processes (one thread each), shared by the session.
+
+    For the tests that only run work on a cluster; a test that kills a worker or changes the
+    scheduler's settings starts a cluster of its own.
+    """
+    from distributed import LocalCluster
+
+    clusters = {}
+
+    def get(n_workers: int):
+        if n_workers not in clusters:
+            clusters[n_workers] = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
+                                               dashboard_address=None)
+        return clusters[n_workers]
+
+    try:
+        yield get
+    finally:
+        for cluster in clusters.values():
+            cluster.close()
+
+
 @pytest.fixture
 def s3_bucket(s3_server):
     """A new, empty bucket on :func:`s3_server`: ``(url, storage_options)``, ``url`` as ``s3://bucket``."""

@@ -5,7 +5,7 @@ import dask.array as da
 import numpy as np
 import pytest
 import zarr
-from distributed import Client, LocalCluster
+from distributed import Client
 
 from dsgd_dask.datasets import deform_digits, digit_stream, load_mnist
 
@@ -71,14 +71,13 @@ def test_stream_rows_labels_and_originals(digits):
     np.testing.assert_array_equal(without[300:].compute(), Xc[300:])
 
 
-def test_store_bytes_are_the_same_on_one_and_two_workers(digits, tmp_path):
+def test_store_bytes_are_the_same_on_one_and_two_workers(digits, tmp_path, local_clusters):
     images, _labels = digits
     X = digit_stream(images, n_rows=1200, chunk_rows=200, random_state=7)
     with dask.config.set(scheduler="sync"):
         da.to_zarr(X, str(tmp_path / "sync.zarr"))
     for workers in (1, 2):
-        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as c, \
-                Client(c):
+        with Client(local_clusters(workers)):
             da.to_zarr(digit_stream(images, n_rows=1200, chunk_rows=200, random_state=7),
                        str(tmp_path / f"w{workers}.zarr"))
     ref = zarr.open_array(str(tmp_path / "sync.zarr"), mode="r")[:]

@@ -45,8 +45,8 @@ def _cluster(n_workers):
 
 
 @pytest.mark.parametrize("n_workers", [1, 2])
-def test_same_model_on_local_cluster(store, reference, n_workers):
-    with _cluster(n_workers) as cluster, Client(cluster) as client, get_task_stream(client) as stream:
+def test_same_model_on_local_cluster(store, reference, n_workers, local_clusters):
+    with Client(local_clusters(n_workers)) as client, get_task_stream(client) as stream:
         model = KernelPCA(**PARAMS).fit(da.from_zarr(store))
         Z = model.transform(da.from_zarr(store)).compute()
     # the steps ran as tasks on the workers (each next to its chunk: on both workers when there are two)
@@ -81,8 +81,8 @@ def test_killed_worker_does_not_change_the_fit(store, reference):
 
 
 @pytest.mark.parametrize("n_workers", [1, 2])
-def test_data_parallel_steps_on_local_cluster(store, partitioned_reference, n_workers):
-    with _cluster(n_workers) as cluster, Client(cluster) as client, get_task_stream(client) as stream:
+def test_data_parallel_steps_on_local_cluster(store, partitioned_reference, n_workers, local_clusters):
+    with Client(local_clusters(n_workers)) as client, get_task_stream(client) as stream:
         model = KernelPCA(**PARAMS, n_partitions=2).fit(da.from_zarr(store))
     part_workers = {t["worker"] for t in stream.data if str(t["key"]).startswith("dsgd-part-")}
     assert len(part_workers) == n_workers  # the parts of a step ran on every worker
@@ -101,8 +101,8 @@ def subspace_reference(store):
 
 
 @pytest.mark.parametrize("n_workers", [1, 2])
-def test_full_passes_on_local_cluster(store, subspace_reference, n_workers):
-    with _cluster(n_workers) as cluster, Client(cluster) as client, get_task_stream(client) as stream:
+def test_full_passes_on_local_cluster(store, subspace_reference, n_workers, local_clusters):
+    with Client(local_clusters(n_workers)) as client, get_task_stream(client) as stream:
         model = KernelPCA(**SUBSPACE).fit(da.from_zarr(store))
     pass_workers = {t["worker"] for t in stream.data if "dsgd-pass-" in str(t["key"])}
     assert len(pass_workers) == n_workers  # every pass ran on all the workers at once
@@ -123,13 +123,13 @@ def staged_store(tmp_path_factory):
     return path
 
 
-def test_sampled_stages_and_passes_on_local_cluster(staged_store):
+def test_sampled_stages_and_passes_on_local_cluster(staged_store, local_clusters):
     # The stage's chunk subset and the passes: the same model, bit for bit, on two workers
     # as on the synchronous scheduler, and the stage's tasks ran on both workers.
     params = dict(n_components=3, n_features=512, block_size=256, random_state=4)
     with dask.config.set(scheduler="sync"):
         ref = KernelPCA(**params).fit(da.from_zarr(staged_store))
-    with _cluster(2) as cluster, Client(cluster) as client, get_task_stream(client) as stream:
+    with Client(local_clusters(2)) as client, get_task_stream(client) as stream:
         model = KernelPCA(**params).fit(da.from_zarr(staged_store))
     stage_rows = ref.convergence_[0]["rows"]
     assert 40_000 <= stage_rows < 163_840 // 4 + 8192

@@ -510,11 +510,10 @@ def test_saved_model_predicts_identically_in_a_fresh_process(stores, svc_referen
     back.partial_fit(X[:300], da.from_zarr(stores[1]).compute()[:300])  # a loaded model continues a stream
 
 
-def test_fit_on_a_local_cluster_equals_the_local_fit(stores, svc_reference):
-    from distributed import Client, LocalCluster
+def test_fit_on_a_local_cluster_equals_the_local_fit(stores, svc_reference, local_clusters):
+    from distributed import Client
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster):
+    with Client(local_clusters(2)):
         model = KernelSVC(**SMALL).fit(*stores)
     np.testing.assert_array_equal(model.model_.coef, svc_reference.model_.coef)
 

@@ -4,8 +4,8 @@ For each pass solver: a fit checkpointed and interrupted after pass 2 (a callbac
 raises), then resumed, ends bit for bit (``np.array_equal``) where an uninterrupted fit
 does; the same model on the synchronous, threaded and a 2-worker ``distributed``
 scheduler; a worker killed (SIGKILL) during a pass leaves the fitted model unchanged. One
-section per estimator; the problems are small (a few hundred rows) and share one
-``LocalCluster`` (the ``cluster`` fixture) for the whole module.
+section per estimator; the problems are small (a few hundred rows) and share the session's
+2-worker ``LocalCluster`` (the ``cluster`` fixture); a test that kills a worker starts its own.
 """
 
 from __future__ import annotations
@@ -27,10 +27,9 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    """One 2-worker ``LocalCluster`` (processes, one thread each) and its client, for the whole module."""
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as c, \
-            Client(c) as client:
+def cluster(local_clusters):
+    """A client of the session's 2-worker ``LocalCluster`` (processes, one thread each), for the whole module."""
+    with Client(local_clusters(2)) as client:
         yield client
 
 

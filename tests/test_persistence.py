@@ -218,14 +218,13 @@ def test_every_estimator_saved_and_loaded_in_a_fresh_process(saved, tmp_path):
             np.testing.assert_array_equal(got, expected, err_msg=name)
 
 
-def test_models_loaded_on_a_distributed_worker(saved):
+def test_models_loaded_on_a_distributed_worker(saved, local_clusters):
     import os
     from operator import methodcaller
 
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
+    with Client(local_clusters(1)) as client:
         assert os.getpid() not in client.run(os.getpid).values()  # the worker is another process
         for name, (est, method, args, path) in saved.items():
             model = client.submit(dsgd_dask.load, str(path), pure=False)

@@ -223,11 +223,10 @@ def test_kcca_same_model_with_threads_and_numpy(stores, kcca_reference):
 
 
 @pytest.mark.parametrize("n_workers", [1, 2])
-def test_kcca_same_model_on_local_cluster(stores, kcca_reference, n_workers):
-    from distributed import Client, LocalCluster
+def test_kcca_same_model_on_local_cluster(stores, kcca_reference, n_workers, local_clusters):
+    from distributed import Client
 
-    with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster):
+    with Client(local_clusters(n_workers)):
         model = KernelCCA(3, **CLUSTER).fit(*stores)
     for a, b in zip(model.models_, kcca_reference.models_, strict=True):
         np.testing.assert_array_equal(a.coef, b.coef)
@@ -235,9 +234,9 @@ def test_kcca_same_model_on_local_cluster(stores, kcca_reference, n_workers):
     np.testing.assert_array_equal(model.correlations_, kcca_reference.correlations_)
 
 
-def test_state_reaches_the_client_only_when_needed(stores, tmp_path, monkeypatch):
+def test_state_reaches_the_client_only_when_needed(stores, tmp_path, monkeypatch, local_clusters):
     """On a cluster the client fetches the state at checkpoints and at the end, not per chunk task."""
-    from distributed import Client, LocalCluster
+    from distributed import Client
     from distributed.client import Future
 
     from dsgd_dask.engine.steps import StepState
@@ -253,8 +252,7 @@ def test_state_reaches_the_client_only_when_needed(stores, tmp_path, monkeypatch
 
     monkeypatch.setattr(Future, "result", counting)
     params = {**CLUSTER, "max_iter": 100}
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster):
+    with Client(local_clusters(2)):
         plain = KernelCCA(3, **params).fit(*stores)
         n_tasks = len(fetched)
         fetched.clear()
