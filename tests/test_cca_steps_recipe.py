@@ -100,7 +100,7 @@ def test_partial_sums_equal_the_preconditioned_step_on_the_union(halves):
 
 
 @pytest.mark.parametrize(("param", "value"), [("preconditioner", "cholesky"), ("preconditioner_jitter", 0.0),
-                                              ("preconditioner_jitter", -1.0)])
+                                              ("preconditioner_jitter", -1.0), ("preconditioner_jitter", "auto")])
 def test_bad_preconditioner_is_refused(halves, param, value):
     with pytest.raises(ValueError, match=param):
         KernelCCA(2, solver="dsgd", features="fourier", n_features=64, max_iter=5, **{param: value}).fit(*halves)

@@ -3,6 +3,7 @@ of feature moments, or the dense kernel matrix."""
 
 from __future__ import annotations
 
+from numbers import Real
 from typing import ClassVar
 
 import dask
@@ -10,7 +11,7 @@ import numpy as np
 import scipy.linalg
 from scipy.sparse.linalg import ArpackNoConvergence, svds
 from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context
-from sklearn.utils._param_validation import StrOptions
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from dsgd_dask._threads import one_blas_thread
@@ -870,7 +871,8 @@ class KernelCCA(ChosenRidge, _TwoViewEstimator):
 
     _parameter_constraints: ClassVar[dict] = {
         **_TwoViewEstimator._parameter_constraints, **solver_constraint("KernelCCA"), "reg": RIDGE,
-        "tol": POSITIVE, **STEP_PRECONDITIONER, "preconditioner": [StrOptions({"block", "sample"}), None]}
+        "tol": POSITIVE, **STEP_PRECONDITIONER, "preconditioner": [StrOptions({"block", "sample"}), None],
+        "preconditioner_jitter": [Interval(Real, 0, None, closed="neither")]}
 
     def __init__(self, n_components=2, *, kernel_x="gaussian", kernel_y="gaussian", bandwidth_x="median",
                  bandwidth_y="median", kernel_params_x=None, kernel_params_y=None, reg="auto", solver="auto",
