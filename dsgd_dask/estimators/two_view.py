@@ -48,9 +48,9 @@ from dsgd_dask.estimators.components import N_INIT, N_SAMPLE, ComponentStepEstim
 from dsgd_dask.features.kernels import parse_kernel
 from dsgd_dask.metrics import paired_correlations
 from dsgd_dask.model.expansion import KernelExpansion
+from dsgd_dask.rules.preconditioners import SampleBlockPreconditioner
 from dsgd_dask.rules.solutions import cca_ritz, cross_svd, ridge_cca
 from dsgd_dask.rules.subspace import orthonormal
-from dsgd_dask.rules.preconditioners import SampleBlockPreconditioner
 from dsgd_dask.rules.two_view import KCCARule, KSVDRule
 from dsgd_dask.streams.batches import sample_rows, view_seed
 

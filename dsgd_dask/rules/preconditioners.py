@@ -3,8 +3,10 @@
 The ``"block"`` preconditioner of the step rules factors the covariance of the step's
 block *on the batch*. When a batch has fewer rows than the block has features, that
 covariance has rank below the block's width and the jitter alone decides how the
-preconditioned step treats the other directions: the step interpolates the batch. Kernel
-CCA at the paper's settings (blocks of 2048 features, batches of 1024 rows) is such a case.
+preconditioned step treats the other directions. Kernel CCA at the paper's settings
+(blocks of 2048 features, batches of 1024 rows) is such a case; there, at the step size
+that suits either, both reach the same correlations, and the factor kept per block halves
+the time per step (no ``B m^2`` moment, no factorisation per step).
 
 :class:`SampleBlockPreconditioner` measures each block's covariance once, on the fit's
 sample of rows (``N_SAMPLE`` rows, several times the block's width), and keeps its
