@@ -141,9 +141,17 @@ def block_moment(z: np.ndarray) -> np.ndarray:
     return out
 
 
-def block_solve(C: np.ndarray, G: np.ndarray, jitter: float = BLOCK_JITTER) -> np.ndarray:
-    """``(C + epsilon I)^{-1} G`` by Cholesky, ``epsilon = jitter tr(C) / m`` (``C``: m x m, PSD)."""
+def block_factor(C: np.ndarray, jitter: float = BLOCK_JITTER, overwrite: bool = False):
+    """The Cholesky factor of ``C + epsilon I``, ``epsilon = jitter tr(C) / m`` (``C``: m x m, PSD).
+
+    ``overwrite``: add the jitter to ``C`` itself and factor it in place.
+    """
     m = C.shape[0]
-    A = C.copy()
-    A.flat[::m + 1] += jitter * max(float(np.trace(C)), np.finfo(np.float64).tiny) / m
-    return cho_solve(cho_factor(A, lower=True, overwrite_a=True, check_finite=False), G, check_finite=False)
+    A = C if overwrite else C.copy()
+    A.flat[::m + 1] += jitter * max(float(np.trace(A)), np.finfo(np.float64).tiny) / m
+    return cho_factor(A, lower=True, overwrite_a=True, check_finite=False)
+
+
+def block_solve(C: np.ndarray, G: np.ndarray, jitter: float = BLOCK_JITTER) -> np.ndarray:
+    """``(C + epsilon I)^{-1} G`` by Cholesky (:func:`block_factor`)."""
+    return cho_solve(block_factor(C, jitter), G, check_finite=False)

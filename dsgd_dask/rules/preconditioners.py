@@ -21,9 +21,9 @@ same sample and the same features (one BLAS thread), the same numbers.
 from __future__ import annotations
 
 import numpy as np
-from scipy.linalg import cho_factor, cho_solve
+from scipy.linalg import cho_solve
 
-from dsgd_dask.rules.machines import block_moment
+from dsgd_dask.rules.machines import block_factor, block_moment
 
 
 class SampleBlockPreconditioner:
@@ -58,10 +58,7 @@ class SampleBlockPreconditioner:
             z = self.features[view].transform(self.rows[view], block, block + 1)
             if self.center:
                 z = z - z.mean(axis=0, dtype=np.float64).astype(z.dtype)
-            C = block_moment(z) / len(z)
-            m = C.shape[0]
-            C.flat[::m + 1] += self.jitter * max(float(np.trace(C)), np.finfo(np.float64).tiny) / m
-            found = self._factors[key] = cho_factor(C, lower=True, overwrite_a=True, check_finite=False)
+            found = self._factors[key] = block_factor(block_moment(z) / len(z), self.jitter, overwrite=True)
         return found
 
     def solve(self, view: int, block: int, G: np.ndarray) -> np.ndarray:
