@@ -43,21 +43,25 @@ def s3_server():
                 os.environ[k] = v
 
 
+def worker_cluster(n_workers: int):
+    """A new ``distributed.LocalCluster`` of ``n_workers`` worker processes, one thread each, no dashboard."""
+    from distributed import LocalCluster
+
+    return LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None)
+
+
 @pytest.fixture(scope="session")
 def local_clusters():
-    """``get(n)``: a ``distributed.LocalCluster`` of ``n`` worker processes (one thread each), shared by the session.
+    """``get(n)``: a :func:`worker_cluster` of ``n`` workers, shared by the session.
 
     For the tests that only run work on a cluster; a test that kills a worker or changes the
     scheduler's settings starts a cluster of its own.
     """
-    from distributed import LocalCluster
-
     clusters = {}
 
     def get(n_workers: int):
         if n_workers not in clusters:
-            clusters[n_workers] = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                                               dashboard_address=None)
+            clusters[n_workers] = worker_cluster(n_workers)
         return clusters[n_workers]
 
     try:

@@ -11,7 +11,8 @@ import dask.array as da
 import numpy as np
 import pytest
 import zarr
-from distributed import Client, LocalCluster, get_task_stream
+from conftest import worker_cluster
+from distributed import Client, get_task_stream
 
 from dsgd_dask import KernelPCA
 
@@ -40,10 +41,6 @@ def partitioned_reference(store):
         return KernelPCA(**PARAMS, n_partitions=2).fit(da.from_zarr(store))
 
 
-def _cluster(n_workers):
-    return LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None)
-
-
 @pytest.mark.parametrize("n_workers", [1, 2])
 def test_same_model_on_local_cluster(store, reference, n_workers, local_clusters):
     with Client(local_clusters(n_workers)) as client, get_task_stream(client) as stream:
@@ -64,7 +61,7 @@ def test_threaded_scheduler_same_model(store, reference):
 
 
 def test_killed_worker_does_not_change_the_fit(store, reference):
-    with _cluster(2) as cluster, Client(cluster) as client:
+    with worker_cluster(2) as cluster, Client(cluster) as client:
         pids = client.run(os.getpid)
         victim = sorted(pids.values())[0]
         killed = threading.Event()

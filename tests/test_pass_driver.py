@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 import zarr
 from _old_kernels import cross_pass, feature_moments, full_pass, ridge_pass  # the old kernels, frozen
-from distributed import Client, LocalCluster, get_task_stream
+from conftest import worker_cluster
+from distributed import Client, get_task_stream
 
 from dsgd_dask.baselines._moments import FourierMap, NystroemMap
 from dsgd_dask.engine import passes
@@ -447,8 +448,7 @@ def references(store):
 
 @pytest.fixture(scope="module")
 def cluster():
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as c, \
-            Client(c) as client:
+    with worker_cluster(2) as c, Client(c) as client:
         yield client
 
 

@@ -20,7 +20,8 @@ import dask.array as da
 import numpy as np
 import pytest
 import zarr
-from distributed import Client, LocalCluster
+from conftest import worker_cluster
+from distributed import Client
 
 # what the tests define (e.g. feature sets that kill their worker) reaches the workers by value
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -40,8 +41,7 @@ def victim_cluster():
     A killed worker's nanny restarts it, but not always before the cluster is used again; a
     cluster per test keeps the other tests independent of that timing.
     """
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as c, \
-            Client(c) as client:
+    with worker_cluster(2) as c, Client(c) as client:
         yield client
 
 

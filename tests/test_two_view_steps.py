@@ -7,7 +7,7 @@ import dask.array as da
 import numpy as np
 import pytest
 import xarray as xr
-from conftest import halves_stores, mnist_halves
+from conftest import halves_stores, mnist_halves, worker_cluster
 
 from dsgd_dask import KernelCCA, KernelSIR, KernelSVD, load
 from dsgd_dask.datasets import load_sarcos
@@ -270,10 +270,9 @@ def test_killed_worker_leaves_the_kcca_fit_unchanged(stores, kcca_reference):
     import signal
     import threading
 
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
+    with worker_cluster(2) as cluster, Client(cluster) as client:
         victim = sorted(client.run(os.getpid).values())[0]
         started = threading.Event()
 
