@@ -86,7 +86,10 @@ def _top_singular(T: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     fixed start, the dense SVD if it does not converge.
     """
     if 2 * k >= min(T.shape) or min(T.shape) <= 512:
-        U, _, Vt = scipy.linalg.svd(T, full_matrices=False, check_finite=False)
+        try:
+            U, _, Vt = scipy.linalg.svd(T, full_matrices=False, check_finite=False)
+        except np.linalg.LinAlgError:  # gesdd fails to converge on some BLAS kernels: the slower QR iteration
+            U, _, Vt = scipy.linalg.svd(T, full_matrices=False, check_finite=False, lapack_driver="gesvd")
         return U[:, :k], Vt[:k].T
     if min(T.shape) <= GRAM_SIDE:
         wide = T.shape[1] > T.shape[0]
