@@ -13,6 +13,7 @@ Examples::
     python pipelines/mnist_halves_steps.py --preconditioner sample --eta0 0.1
     python pipelines/mnist_halves_steps.py --preconditioner block --eta0 0.5
     python pipelines/mnist_halves_steps.py --preconditioner sample --eta0 0.2 --validation
+    python pipelines/mnist_halves_steps.py --eta0 0.05 --eta-decay 0.001 --steps 1000 --validation
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ RIGHT = LEFT + 14
 
 def run(preconditioner: str | None, eta0: float, steps: int = 300, jitter: float = 0.1, reg: float = 1e-7,
         n_features: int = 20480, block_size: int = 2048, batch_size: int = 1024, chunk_steps: int = 100,
-        validation: bool = False, data_home=None, k: int = 50) -> list[tuple]:
+        validation: bool = False, data_home=None, k: int = 50, eta_decay: float = 0.01,
+        features: str = "fourier") -> list[tuple]:
     """The curve ``[(steps, raw sum, rotated sum, seconds), ...]`` of one fit."""
     import dask.array as da
 
@@ -64,9 +66,9 @@ def run(preconditioner: str | None, eta0: float, steps: int = 300, jitter: float
         curve.append((step, round(raw, 2), round(rotated, 2), round(time.perf_counter() - t0 - scoring[0], 1)))
         print(curve[-1], flush=True)
 
-    est = KernelCCA(k, solver="dsgd", features="fourier", n_features=n_features, block_size=block_size,
+    est = KernelCCA(k, solver="dsgd", features=features, n_features=n_features, block_size=block_size,
                     batch_size=batch_size, max_iter=steps, reg=reg, preconditioner=preconditioner,
-                    preconditioner_jitter=jitter, eta0=eta0, random_state=0)
+                    preconditioner_jitter=jitter, eta0=eta0, eta_decay=eta_decay, random_state=0)
     rows = batch_size * chunk_steps
     est.fit(da.from_array(XL, chunks=(rows, -1)), da.from_array(XR, chunks=(rows, -1)), callback=score)
     return curve
@@ -76,6 +78,8 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preconditioner", choices=("none", "block", "sample"), default="sample")
     parser.add_argument("--eta0", type=float, default=0.1)
+    parser.add_argument("--eta-decay", type=float, default=0.01)
+    parser.add_argument("--features", choices=("fourier", "fourier_pairs"), default="fourier")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--jitter", type=float, default=0.1)
     parser.add_argument("--reg", type=float, default=1e-7)
@@ -83,7 +87,7 @@ def main(argv=None) -> None:
     parser.add_argument("--data-home", default=None)
     args = parser.parse_args(argv)
     run(None if args.preconditioner == "none" else args.preconditioner, args.eta0, args.steps, args.jitter, args.reg,
-        validation=args.validation, data_home=args.data_home)
+        validation=args.validation, data_home=args.data_home, eta_decay=args.eta_decay, features=args.features)
 
 
 if __name__ == "__main__":

@@ -42,14 +42,26 @@ class _Stop(Exception):
 
 
 def run(data: str, out: str, steps: list[int], budget: float, block_size: int = 4096, batch_size: int = 8192,
-        shuffle_chunks: int = 2, n_components: int = 100, pca_samples: int = 10000, seed: int = 0) -> dict:
+        shuffle_chunks: int = 2, n_components: int = 100, pca_samples: int = 10000, seed: int = 0,
+        store: str | None = None, rows: int | None = None) -> dict:
+    """The recipe's fit, read at ``steps``; on the digits of ``data`` or the Zarr ``store``.
+
+    With ``store`` (arrays ``X``, ``y`` as written by ``pipelines/mnist8m_store.py``) the
+    training rows are the store's first ``rows`` (all by default), read chunk by chunk,
+    and the test digits those of ``data``.
+    """
     with np.load(data) as f:
-        X = f["X_train"].reshape(len(f["X_train"]), -1).astype(np.float32)
-        y = f["y_train"].astype(np.int64)
+        if store is None:
+            X = f["X_train"].reshape(len(f["X_train"]), -1).astype(np.float32)
+            y = f["y_train"].astype(np.int64)
         Xt = f["X_test"].reshape(len(f["X_test"]), -1).astype(np.float32)
         yt = f["y_test"].astype(np.int64)
-    n = len(X)
-    Xd, yd = da.from_array(X, chunks=(batch_size, -1)), da.from_array(y, chunks=batch_size)
+    if store is None:
+        Xd, yd = da.from_array(X[:rows], chunks=(batch_size, -1)), da.from_array(y[:rows], chunks=batch_size)
+    else:
+        Xd, yd = da.from_zarr(store, component="X")[:rows], da.from_zarr(store, component="y")[:rows]
+        Xd, yd = Xd.rechunk((batch_size, -1)), yd.rechunk(batch_size).astype(np.int64)
+    n = len(Xd)
     Xtd = da.from_array(Xt, chunks=(batch_size, -1))
     max_iter = max(steps)
     clf = KernelLogisticRegression(alpha=0.0, solver="dsgd", features="fourier", preconditioner="block",
@@ -58,7 +70,7 @@ def run(data: str, out: str, steps: list[int], budget: float, block_size: int = 
                                    n_features=max_iter * block_size, random_state=seed)
     pipe = make_pipeline(UnitNorm(), SamplePCA(n_components=n_components, n_samples=pca_samples,
                                                random_state=seed), clf)
-    result = {"data": data, "n_train": n, "n_test": len(Xt), "block_size": block_size, "batch_size": batch_size,
+    result = {"data": store or data, "n_train": n, "n_test": len(Xt), "block_size": block_size, "batch_size": batch_size,
               "shuffle_chunks": shuffle_chunks, "n_components": n_components, "pca_samples": pca_samples,
               "alpha": 0.0, "seed": seed,
               "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
@@ -183,6 +195,9 @@ def main(argv=None) -> None:
     parser.add_argument("--block-size", type=int, default=4096)
     parser.add_argument("--batch-size", type=int, default=8192)
     parser.add_argument("--shuffle-chunks", type=int, default=2)
+    parser.add_argument("--pca-samples", type=int, default=10000)
+    parser.add_argument("--store", default=None, help="a Zarr store of training digits (X, y) instead of --data's")
+    parser.add_argument("--rows", type=int, default=None, help="train on the first ROWS rows only")
     parser.add_argument("--defaults", action="store_true",
                         help="every classifier with its default settings against the ridge peer instead")
     args = parser.parse_args(argv)
@@ -191,7 +206,7 @@ def main(argv=None) -> None:
         return
     steps = sorted(int(s) for s in args.steps.split(","))
     run(args.data, args.out, steps, args.budget, block_size=args.block_size, batch_size=args.batch_size,
-        shuffle_chunks=args.shuffle_chunks)
+        shuffle_chunks=args.shuffle_chunks, pca_samples=args.pca_samples, store=args.store, rows=args.rows)
 
 
 if __name__ == "__main__":

@@ -160,6 +160,88 @@ def test_classifier_round_trip_a9a(tmp_path):
     np.testing.assert_array_equal(written[...], ref.predict(Xt[:300]))
 
 
+def test_preprocess_fit_predict_round_trip(tmp_path, mnist):
+    """``preprocess`` writes what the library's pipeline computes; ``--like`` applies the fitted projection."""
+    from sklearn.pipeline import make_pipeline
+
+    from dsgd_dask import SamplePCA, UnitNorm
+
+    X, y = mnist
+    raw = (X * 255).astype(np.uint8)
+    write_group(tmp_path / "train.zarr", X=raw[:400], y=y[:400])
+    write_group(tmp_path / "test.zarr", chunks=80, X=raw[400:], y=y[400:])
+    train, test = tmp_path / "train20.zarr", tmp_path / "test20.zarr"
+
+    cli("preprocess", tmp_path / "train.zarr", "--var", "X", "--unit-norm", "--pca", "20", "--pca-samples", "300",
+        "--seed", "3", "--keep", "y", "--out", train, "-q")
+    cli("preprocess", tmp_path / "test.zarr", "--var", "X", "--like", train, "--keep", "y", "--out", test, "-q")
+
+    pipe = make_pipeline(UnitNorm(), SamplePCA(20, n_samples=300, random_state=3))
+    pipe.fit(da.from_zarr(str(tmp_path / "train.zarr"), component="X"))
+    got_train, got_test = zarr.open_group(str(train), mode="r"), zarr.open_group(str(test), mode="r")
+    assert got_test["X"].dtype == np.float32 and got_test["X"].chunks == (80, 20)
+    np.testing.assert_array_equal(got_train["X"][...], pipe.transform(raw[:400]).astype(np.float32))
+    np.testing.assert_array_equal(got_test["X"][...], pipe.transform(raw[400:]).astype(np.float32))
+    np.testing.assert_array_equal(got_test["y"][...], y[400:])
+    np.testing.assert_array_equal(got_test["pca_components"][...], pipe[1].components_)
+    recipe = dict(got_test.attrs)["dsgd_dask_output"]["preprocessing"]
+    assert recipe["unit_norm"] and recipe["pca"] == 20 and recipe["pca_samples"] == 300 and recipe["seed"] == 3
+    assert recipe["explained_variance_ratio"] == pytest.approx(pipe[1].explained_variance_ratio_.sum())
+
+    model_path = tmp_path / "logistic.zarr"
+    cli("fit", "logistic", train, "--var", "X", "--y", "y", *sets(SVC_SET), "--out", model_path, "-q")
+    evaluated = json.loads(cli("evaluate", model_path, test, "--var", "X", "--y", "y", "--json").stdout)
+    ref = dsgd_dask.KernelLogisticRegression(**params(SVC_SET)).fit(da.from_zarr(str(train), component="X"),
+                                                                    da.from_zarr(str(train), component="y"))
+    assert evaluated["score"] == ref.score(got_test["X"][...], y[400:]) > 0.6
+
+
+def test_preprocess_xarray_keeps_the_row_coordinates(tmp_path, mnist):
+    X, y = mnist
+    coords = {"sample": np.arange(1000, 1300), "pixel": np.arange(784)}
+    ds = xr.Dataset({"X": (("sample", "pixel"), X[:300]), "digit": ("sample", y[:300])}, coords=coords)
+    ds.chunk({"sample": 100}).to_zarr(tmp_path / "data.zarr", consolidated=False)
+    out = tmp_path / "pre.zarr"
+    cli("preprocess", tmp_path / "data.zarr", "--var", "X", "--pca", "5", "--pca-samples", "200", "--keep", "digit",
+        "--out", out, "-q")
+    got = xr.open_zarr(out, consolidated=False)
+    assert got["X"].dims == ("sample", "component")
+    np.testing.assert_array_equal(got["sample"].values, coords["sample"])
+    np.testing.assert_array_equal(got["digit"].values, y[:300])
+    pca = dsgd_dask.SamplePCA(5, n_samples=200, random_state=0).fit(X[:300])
+    np.testing.assert_allclose(got["X"].values, pca.transform(X[:300]), rtol=0, atol=1e-5)
+
+
+def test_preprocess_refuses_bad_input(tmp_path, capsys):
+    X = np.random.default_rng(0).random((300, 10)).astype(np.float32)
+    X[250, 3] = np.nan
+    write_group(tmp_path / "nan.zarr", X=X, y=np.arange(300))
+    write_group(tmp_path / "wide.zarr", X=np.ones((300, 12), np.float32))
+    out, pre = tmp_path / "out.zarr", tmp_path / "pre.zarr"
+    code, err = run(["preprocess", tmp_path / "nan.zarr", "--var", "X", "--unit-norm", "--out", out], capsys)
+    assert_error(code, err, 1, "NaN or infinity")
+    assert not out.exists() and not leftovers(out)
+    code, err = run(["preprocess", tmp_path / "nan.zarr", "--var", "X", "--out", out], capsys)
+    assert_error(code, err, 2, "nothing to do")
+    X[250, 3] = 0.0
+    write_group(tmp_path / "clean.zarr", X=X)
+    assert run(["preprocess", tmp_path / "clean.zarr", "--pca", "4", "--out", pre, "-q"], capsys)[0] == 0
+    code, err = run(["preprocess", tmp_path / "wide.zarr", "--like", pre, "--out", out], capsys)
+    assert_error(code, err, 1, "12 features", "takes 10")
+    code, err = run(["preprocess", tmp_path / "clean.zarr", "--like", tmp_path / "wide.zarr", "--out", out], capsys)
+    assert_error(code, err, 1, "not written by `dsgd-dask preprocess`")
+    code, err = run(["preprocess", tmp_path / "clean.zarr", "--like", pre, "--pca", "3", "--out", out], capsys)
+    assert_error(code, err, 2, "--like")
+    code, err = run(["preprocess", tmp_path / "clean.zarr", "--pca", "0", "--out", out], capsys)
+    assert_error(code, err, 2, "--pca must be a positive integer")
+    code, err = run(["preprocess", tmp_path / "clean.zarr", "--pca", "11", "--out", out], capsys)
+    assert_error(code, err, 1, "n_components=11")
+    code, err = run(["preprocess", tmp_path / "nan.zarr", "--var", "X", "--unit-norm", "--keep", "nope", "--out",
+                     out], capsys)
+    assert_error(code, err, 1, "no variable 'nope'")
+    assert not out.exists() and not leftovers(out)
+
+
 def test_ridge_solvers_from_the_command_line(tmp_path, capsys):
     # the solver is a parameter like any other: the exact solve through the stores, and its model
     # store says which solver ran; the passes checkpoint

@@ -46,15 +46,21 @@ BOTH = ("nystroem", "fourier")
 #: among 0.05, 0.1 and 0.2 on 10,000 MNIST training digits held out from the other 50,000
 #: (300 steps at these settings, ``"sample"``; sums 39.61, 40.05, 36.32); the estimator's
 #: default 0.5 diverged once and stalled at 16 to 26 there.
+#: ``steps_rows``: the steps draw their batches from the store's first ``steps_rows`` rows
+#: (``None``: all of them).
+#: ``run``: the parts of the comparison to run (the ridge is chosen in every run).
+PARTS = ("passes", "steps", "peers")
 FULL = {"k": 50, "rows": 240_000, "dsgd_features": 8192, "dsgd_dtype": "float64", "dsgd_seconds": 1800.0,
         "peers": [(4096, 120_000, BOTH), (8192, 60_000, ("nystroem",))],
         "reg_grid": (1e-3, 1e-4, 1e-5, 1e-6, 1e-7), "reg_rows": 60_000,
         "steps": (20480, 2048, 1024, 3000), "steps_every": 250, "steps_seconds": 5400.0,
-        "steps_preconditioner": "sample", "steps_eta0": 0.1}
+        "steps_preconditioner": "sample", "steps_eta0": 0.1, "steps_eta_decay": 0.01,
+        "steps_features": "fourier", "steps_rows": None, "run": PARTS}
 QUICK = {"k": 5, "rows": 8192, "dsgd_features": 512, "dsgd_dtype": "float64", "dsgd_seconds": 60.0,
          "peers": [(256, 2048, BOTH)], "reg_grid": (1e-3, 1e-5), "reg_rows": 2048,
          "steps": (512, 256, 256, 24), "steps_every": 8, "steps_seconds": 60.0,
-         "steps_preconditioner": "sample", "steps_eta0": 0.1}
+         "steps_preconditioner": "sample", "steps_eta0": 0.1, "steps_eta_decay": 0.01,
+         "steps_features": "fourier", "steps_rows": None, "run": PARTS}
 
 #: Xie, Liang & Song (2015), Table 1: DSGD-KCCA on MNIST8M, 20,480 features, 3000 steps of 1024 rows.
 PAPER_STEPS = 43.5
@@ -67,14 +73,14 @@ def fit_steps(XL, XR, cfg: dict, k: int, reg: float, score_of, curves: dict) -> 
     from dsgd_dask import KernelCCA
 
     n_features, block, batch, steps = cfg["steps"]
-    pre, eta0 = cfg["steps_preconditioner"], cfg["steps_eta0"]
-    name = (f'KernelCCA(solver="dsgd", features="fourier", preconditioner="{pre}", eta0={eta0:g}), blocks of {block}, '
-            f"batches of {batch}")
+    pre, eta0, decay, kind = cfg["steps_preconditioner"], cfg["steps_eta0"], cfg["steps_eta_decay"], cfg["steps_features"]
+    name = (f'KernelCCA(solver="dsgd", features="{kind}", preconditioner="{pre}", eta0={eta0:g}, eta_decay={decay:g}), '
+            f"blocks of {block}, batches of {batch}")
     # the callback comes once per chunk task (a store chunk's steps)
     every = max(1, round(cfg["steps_every"] * batch / XL.chunks[0][0]))
     budget = Budget(cfg["steps_seconds"], score_of, every=every)
-    est = KernelCCA(k, solver="dsgd", features="fourier", n_features=n_features, block_size=block, batch_size=batch,
-                    max_iter=steps, reg=reg, preconditioner=pre, eta0=eta0, random_state=SEED)
+    est = KernelCCA(k, solver="dsgd", features=kind, n_features=n_features, block_size=block, batch_size=batch,
+                    max_iter=steps, reg=reg, preconditioner=pre, eta0=eta0, eta_decay=decay, random_state=SEED)
     with PeakMemory() as mem:
         try:
             est.fit(XL, XR, callback=budget)
@@ -95,6 +101,9 @@ def measure(ctx) -> Report:
     from dsgd_dask.metrics import paired_correlations
 
     cfg = ctx.config(FULL, QUICK)
+    unknown = sorted(set(cfg["run"]) - set(PARTS))
+    if unknown:
+        raise ValueError(f"run: unknown part(s) {unknown}; the parts are {PARTS}")
     k = cfg["k"]
     path = digit_store(ctx)
     X, y = store_arrays(path, cfg["rows"])
@@ -120,30 +129,31 @@ def measure(ctx) -> Report:
         fx, fy = models
         return {"correlation_sum": float(paired_correlations(fx.evaluate(TL), fy.evaluate(TR)).sum())}
 
-    budget = Budget(cfg["dsgd_seconds"], score_of)
-    est = KernelCCA(k, reg=reg, solver="lobpcg", n_features=cfg["dsgd_features"], compute_dtype=cfg["dsgd_dtype"],
-                    random_state=SEED)
-    with PeakMemory() as mem:
-        try:
-            est.fit(XL, XR, callback=budget)
-            score, stop = est.score(TL, TR), f"converged (tol) after {est.n_iter_} passes"
-        except OutOfBudget:
-            score = budget.curve[-1]["correlation_sum"]
-            stop = f"wall-time budget ({cfg['dsgd_seconds']:.0f} s) spent after {budget.curve[-1]['n']} passes"
-    rows.append({"method": f'KernelCCA(solver="lobpcg", {cfg["dsgd_dtype"]} features)', "rows": n,
-                 "features": cfg["dsgd_features"], "correlation_sum": score,
-                 "seconds": budget.seconds, "peak_rss_gib": mem.peak / 2**30, "stopped": stop})
-    curves["KernelCCA"] = budget.curve
-    ctx.log(f'KernelCCA(solver="lobpcg"): {score:.2f} in {budget.seconds:.0f} s ({stop})')
-    ctx.keep(rows)
+    if "passes" in cfg["run"]:
+        budget = Budget(cfg["dsgd_seconds"], score_of)
+        est = KernelCCA(k, reg=reg, solver="lobpcg", n_features=cfg["dsgd_features"], compute_dtype=cfg["dsgd_dtype"],
+                        random_state=SEED)
+        with PeakMemory() as mem:
+            try:
+                est.fit(XL, XR, callback=budget)
+                score, stop = est.score(TL, TR), f"converged (tol) after {est.n_iter_} passes"
+            except OutOfBudget:
+                score = budget.curve[-1]["correlation_sum"]
+                stop = f"wall-time budget ({cfg['dsgd_seconds']:.0f} s) spent after {budget.curve[-1]['n']} passes"
+        rows.append({"method": f'KernelCCA(solver="lobpcg", {cfg["dsgd_dtype"]} features)', "rows": n,
+                     "features": cfg["dsgd_features"], "correlation_sum": score,
+                     "seconds": budget.seconds, "peak_rss_gib": mem.peak / 2**30, "stopped": stop})
+        curves["KernelCCA"] = budget.curve
+        ctx.log(f'KernelCCA(solver="lobpcg"): {score:.2f} in {budget.seconds:.0f} s ({stop})')
+        ctx.keep(rows)
 
-    if cfg["steps"]:
-        X_all, _ = store_arrays(path)
+    if cfg["steps"] and "steps" in cfg["run"]:
+        X_all, _ = store_arrays(path, cfg["steps_rows"])
         rows.append(fit_steps(X_all[:, LEFT], X_all[:, RIGHT], cfg, k, reg, score_of, curves))
         ctx.log(f'{rows[-1]["method"]}: {rows[-1]["correlation_sum"]:.2f} in {rows[-1]["seconds"]:.0f} s')
         ctx.keep(rows)
 
-    for m, n_sub, kinds in cfg["peers"]:
+    for m, n_sub, kinds in (cfg["peers"] if "peers" in cfg["run"] else ()):
         n_sub = min(n_sub, n)
         Xs, _ = subsample(X, y, n_sub)
         for kind in kinds:
@@ -161,11 +171,11 @@ def measure(ctx) -> Report:
             ctx.keep(rows)
         del Xs
 
-    passes = rows[0]
+    passes = next((r for r in rows if 'solver="lobpcg"' in r["method"]), None)
     steps = [r for r in rows if 'solver="dsgd"' in r["method"]]
     peers = [r for r in rows if 'solver="rca"' in r["method"]]
     notes = []
-    if peers:
+    if peers and passes:
         peer = max(peers, key=lambda r: r["correlation_sum"])
         ahead = "the passes are ahead" if passes["correlation_sum"] > peer["correlation_sum"] else "the peer is ahead"
         notes.append(f"Top-{k} test correlation sum: {passes['method']} {passes['correlation_sum']:.2f} on {n:,} rows; "

@@ -1,4 +1,4 @@
-"""The ``dsgd-dask`` command line: fit, transform, predict, evaluate and describe models on Zarr stores.
+"""The ``dsgd-dask`` command line: preprocess data, fit, transform, predict, evaluate and describe models on Zarr stores.
 
 Run ``dsgd-dask --help`` (or ``python -m dsgd_dask --help``); see ``docs/cli.rst``.
 Exit status: 0 on success, 2 for a command line that cannot work (usage), 1 for a data
@@ -23,6 +23,7 @@ from dsgd_dask.cli._commands import (
     cmd_fit,
     cmd_info,
     cmd_predict,
+    cmd_preprocess,
     cmd_transform,
     evaluate,
     model_info,
@@ -149,12 +150,40 @@ def build_parser() -> argparse.ArgumentParser:
         "fit on Zarr stores, save the model, transform or predict other stores lazily, chunk by chunk.",
         epilog="example:\n"
         "  dsgd-dask demo --out demo\n"
+        "  dsgd-dask preprocess train.zarr --var X --unit-norm --pca 100 --keep y --out train100.zarr\n"
         "  dsgd-dask fit pca data.zarr --var X --set n_components=10 --out kpca.zarr\n"
         "  dsgd-dask transform kpca.zarr new.zarr --var X --out components.zarr\n\n"
         "Run `dsgd-dask COMMAND --help` for the options of a command.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     parser.commands = sub.choices
+
+    p = sub.add_parser("preprocess", formatter_class=_FORMATTER, help="unit-norm rows and a PCA fitted on a sample",
+                       description="Write INPUT's rows scaled to unit Euclidean norm (--unit-norm) and/or projected "
+                       "on the top --pca principal components of a seeded sample of them (after the scaling) to a "
+                       "new Zarr store, lazily, one task per row chunk: the preprocessing of Dai et al. (2014) for "
+                       "image rows. The store keeps the fitted projection (`pca_mean`, `pca_components`) and its "
+                       "parameters, so that --like applies the same to other data (test rows).",
+                       epilog="examples:\n"
+                       "  dsgd-dask preprocess train.zarr --var X --unit-norm --pca 100 --pca-samples 100000 "
+                       "--keep y --out train100.zarr\n"
+                       "  dsgd-dask preprocess test.zarr --var X --like train100.zarr --keep y --out test100.zarr\n"
+                       "  dsgd-dask fit logistic train100.zarr --var X --y y --set preconditioner=block "
+                       "--out clf.zarr")
+    _data(p, None)
+    p.add_argument("--unit-norm", action="store_true", help="scale every row to unit Euclidean norm")
+    p.add_argument("--pca", type=int, metavar="N", help="project on the top N principal components of a sample")
+    p.add_argument("--pca-samples", type=int, default=10000, metavar="S",
+                   help="rows of the seeded sample the components are fitted on (default 10000)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sample (default 0)")
+    p.add_argument("--like", metavar="STORE", help="a store written by `dsgd-dask preprocess`: apply its fitted "
+                   "preprocessing instead of fitting one")
+    p.add_argument("--keep", action="append", default=[], metavar="NAME", help="copy the variable NAME of INPUT's "
+                   "group (targets, labels) into the output, unchanged (repeat for several)")
+    _output(p, "the preprocessed rows")
+    _storage(p)
+    _common(p)
+    p.set_defaults(func=cmd_preprocess, y=None, y_var=None)
 
     p = sub.add_parser("fit", formatter_class=_FORMATTER, help="fit an estimator on a data store and save it",
                        description="Fit an estimator on INPUT and save it as a model store.\n\n"
@@ -266,7 +295,7 @@ def _relation(a: Path, b: Path) -> str | None:
 
 def _check_paths(args) -> None:
     """Refuse an output path equal to, inside or containing an input or the other output."""
-    inputs = {"MODEL": getattr(args, "model", None), "INPUT": args.input}
+    inputs = {"MODEL": getattr(args, "model", None), "INPUT": args.input, "--like": getattr(args, "like", None)}
     if getattr(args, "y", None) is not None and is_path(args.y):
         inputs["--y"] = args.y
     outputs = {"--checkpoint": getattr(args, "checkpoint", None), "--out": args.out}
@@ -310,7 +339,7 @@ def check_args(args) -> None:
         something else than an empty folder or a Zarr store. The message names the
         option.
     """
-    for option, minimum in (("chunks", 1), ("n_workers", 1), ("seed", 0)):
+    for option, minimum in (("chunks", 1), ("n_workers", 1), ("seed", 0), ("pca", 1), ("pca_samples", 1)):
         value = getattr(args, option, None)
         if value is not None and value < minimum:
             what = "a positive integer" if minimum else "a non-negative integer"

@@ -1,4 +1,4 @@
-"""The subcommands of ``dsgd-dask``: fit, transform, predict, evaluate, info."""
+"""The subcommands of ``dsgd-dask``: preprocess, fit, transform, predict, evaluate, info."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 import numpy as np
 
 import dsgd_dask
-from dsgd_dask.cli._io import open_input, open_second, read_model_attrs, row_chunks, write_output
+from dsgd_dask.cli._io import OUTPUT_ATTR, open_input, open_second, read_model_attrs, row_chunks, write_output
 from dsgd_dask.model.store import RemoteLocation, open_store_group, store_location
 
 #: Method names and their estimator classes (all exported from ``dsgd_dask``).
@@ -171,6 +171,118 @@ def _inputs(args, kind: str):
     Y = open_second(args.input, args.y, args.y_var, f"--y ({second})", 2 if kind in TWO_VIEW else None,
                     args.feature_dim if kind in TWO_VIEW else None, _options(args))
     return X, Y
+
+
+# -- preprocess ------------------------------------------------------------------------------
+#: The output attribute holding a preprocessing's parameters (its fitted arrays are beside ``X``).
+PREPROCESSING = "preprocessing"
+
+
+def _fitted_pca(mean: np.ndarray, components: np.ndarray):
+    """A :class:`~dsgd_dask.SamplePCA` that projects on ``components`` about ``mean`` (fitted elsewhere)."""
+    from dsgd_dask.preprocessing import SamplePCA
+
+    pca = SamplePCA(n_components=components.shape[0])
+    pca.mean_, pca.components_, pca.n_features_in_ = mean, components, components.shape[1]
+    return pca
+
+
+def _preprocessing_of(path, options: dict):
+    """The fitted steps and the parameters of a store written by ``dsgd-dask preprocess``."""
+    from dsgd_dask.preprocessing import UnitNorm
+
+    group = open_store_group(path, options, "--like")
+    recipe = dict(group.attrs).get(OUTPUT_ATTR, {}).get(PREPROCESSING)
+    if not isinstance(recipe, dict):
+        raise ValueError(f"--like {path} was not written by `dsgd-dask preprocess` (no {PREPROCESSING!r} in its "
+                         f"{OUTPUT_ATTR!r} attribute)")
+    steps = []
+    if recipe["unit_norm"]:
+        steps.append(UnitNorm())
+    if recipe["pca"] is not None:
+        steps.append(_fitted_pca(np.asarray(group["pca_mean"][...]), np.asarray(group["pca_components"][...])))
+    return steps, recipe
+
+
+def _finite_rows(block: np.ndarray, what: str) -> np.ndarray:
+    if not np.isfinite(block).all():
+        raise ValueError(f"{what} contains NaN or infinity; clean the data first")
+    return block
+
+
+def cmd_preprocess(args) -> int:
+    """Unit-norm rows and a PCA fitted on a sample (or those of ``--like``), written to a new Zarr store."""
+    import dask.array as da
+    import xarray as xr
+    from sklearn.pipeline import make_pipeline
+
+    from dsgd_dask.preprocessing import SamplePCA, UnitNorm
+
+    options = _options(args)
+    if args.like is not None and (args.unit_norm or args.pca is not None):
+        raise UsageError("--like applies the preprocessing of another store: give it without --unit-norm or --pca")
+    if args.like is None and not args.unit_norm and args.pca is None:
+        raise UsageError("nothing to do: give --unit-norm, --pca N or both (or --like STORE)")
+    X = open_input(args.input, args.var, feature_dim=args.feature_dim, storage_options=options)
+    labelled = isinstance(X, xr.DataArray)
+    data = row_chunks(X.data if labelled else X, args.chunks)
+    if not isinstance(data, da.Array):
+        data = row_chunks(data, args.chunks)
+    data = data.map_blocks(_finite_rows, f"INPUT {args.input}", dtype=data.dtype)
+    with scheduler(args.scheduler, args.n_workers):
+        if args.like is not None:
+            steps, recipe = _preprocessing_of(args.like, options)
+            if steps and isinstance(steps[0], UnitNorm):
+                steps[0].fit(data)
+            pipe = make_pipeline(*steps)
+            n_in = steps[-1].n_features_in_
+            if data.shape[1] != n_in:
+                raise ValueError(f"INPUT {args.input} has {data.shape[1]} features; the preprocessing of --like "
+                                 f"{args.like} takes {n_in}")
+        else:
+            steps = [UnitNorm()] if args.unit_norm else []
+            if args.pca is not None:
+                steps.append(SamplePCA(args.pca, n_samples=args.pca_samples, random_state=args.seed))
+            pipe = make_pipeline(*steps).fit(data)
+            pca = steps[-1] if args.pca is not None else None
+            recipe = {"unit_norm": bool(args.unit_norm), "pca": args.pca,
+                      "pca_samples": None if pca is None else int(len(pca.sample_indices_)),
+                      "seed": args.seed, "explained_variance_ratio":
+                      None if pca is None else float(pca.explained_variance_ratio_.sum()),
+                      "fitted_on": str(args.input)}
+    out = pipe.transform(data).astype(np.float32)
+    pca = steps[-1] if recipe["pca"] is not None else None
+    name = args.var or "X"
+    arrays = {}
+    if labelled:
+        row_dim, feature_dim = X.dims[0], X.dims[-1]
+        if pca is None:
+            arrays[name] = X.copy(data=out)
+        else:
+            arrays[name] = xr.DataArray(out, dims=(row_dim, "component"), coords={row_dim: X[row_dim]})
+            arrays["pca_mean"] = xr.DataArray(pca.mean_, dims=(feature_dim,))
+            arrays["pca_components"] = xr.DataArray(pca.components_, dims=("component", feature_dim))
+    else:
+        arrays[name] = out
+        if pca is not None:
+            arrays["pca_mean"] = da.from_array(pca.mean_)
+            arrays["pca_components"] = da.from_array(pca.components_)
+    for keep in args.keep:
+        if keep in arrays:
+            raise UsageError(f"--keep {keep}: the output already has an array {keep!r}")
+        kept = open_input(args.input, keep, ndim=None, storage_options=options)
+        if kept.shape[0] != X.shape[0]:
+            raise ValueError(f"--keep {keep}: it has {kept.shape[0]} rows, INPUT's {name} has {X.shape[0]}")
+        if labelled != isinstance(kept, xr.DataArray):
+            raise ValueError(f"--keep {keep}: {name} and {keep} must both be xarray variables or both plain arrays")
+        arrays[keep] = kept if labelled else row_chunks(kept, out.chunks[0][0])
+    attrs = {"command": "preprocess", "input": str(args.input), "var": args.var, "version": dsgd_dask.__version__,
+             PREPROCESSING: recipe, "like": None if args.like is None else str(args.like)}
+    t0 = time.perf_counter()
+    with scheduler(args.scheduler, args.n_workers), _progress(args):
+        write_output(args.out, arrays, attrs, overwrite=args.overwrite, storage_options=options)
+    _say(args, f"wrote {name} {_shape(out)} to {args.out} in {time.perf_counter() - t0:.1f} s")
+    return 0
 
 
 # -- fit -------------------------------------------------------------------------------------
