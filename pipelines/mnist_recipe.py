@@ -14,6 +14,11 @@ is not counted) and the final prediction through the pipeline on the dask test d
 Usage::
 
     python pipelines/mnist_recipe.py [--data PATH] [--out FILE] [--steps 5,15,30,60] [--budget SECONDS]
+    python pipelines/mnist_recipe.py --store benchmarks/results/stores/mnist8m_8100000_0.zarr \
+        --pca-samples 100000 --steps 6,16,30,46 [--rows N]
+
+With ``--store`` the training rows are those of a digit store (its first ``--rows``), the
+test digits those of ``--data``.
 
 The test error is measured at the first chunk task that reaches each step count (so at
 multiples of ``shuffle_chunks`` steps). The fit stops at the first measurement after
@@ -70,7 +75,8 @@ def run(data: str, out: str, steps: list[int], budget: float, block_size: int = 
                                    n_features=max_iter * block_size, random_state=seed)
     pipe = make_pipeline(UnitNorm(), SamplePCA(n_components=n_components, n_samples=pca_samples,
                                                random_state=seed), clf)
-    result = {"data": store or data, "n_train": n, "n_test": len(Xt), "block_size": block_size, "batch_size": batch_size,
+    result = {"data": store or data, "n_train": n, "n_test": len(Xt), "block_size": block_size,
+              "batch_size": batch_size,
               "shuffle_chunks": shuffle_chunks, "n_components": n_components, "pca_samples": pca_samples,
               "alpha": 0.0, "seed": seed,
               "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},

@@ -179,13 +179,14 @@ def test_preprocess_fit_predict_round_trip(tmp_path, mnist):
     pipe = make_pipeline(UnitNorm(), SamplePCA(20, n_samples=300, random_state=3))
     pipe.fit(da.from_zarr(str(tmp_path / "train.zarr"), component="X"))
     got_train, got_test = zarr.open_group(str(train), mode="r"), zarr.open_group(str(test), mode="r")
-    assert got_test["X"].dtype == np.float32 and got_test["X"].chunks == (80, 20)
+    assert got_test["X"].dtype == np.float32
+    assert got_test["X"].chunks == (80, 20)
     np.testing.assert_array_equal(got_train["X"][...], pipe.transform(raw[:400]).astype(np.float32))
     np.testing.assert_array_equal(got_test["X"][...], pipe.transform(raw[400:]).astype(np.float32))
     np.testing.assert_array_equal(got_test["y"][...], y[400:])
     np.testing.assert_array_equal(got_test["pca_components"][...], pipe[1].components_)
     recipe = dict(got_test.attrs)["dsgd_dask_output"]["preprocessing"]
-    assert recipe["unit_norm"] and recipe["pca"] == 20 and recipe["pca_samples"] == 300 and recipe["seed"] == 3
+    assert (recipe["unit_norm"], recipe["pca"], recipe["pca_samples"], recipe["seed"]) == (True, 20, 300, 3)
     assert recipe["explained_variance_ratio"] == pytest.approx(pipe[1].explained_variance_ratio_.sum())
 
     model_path = tmp_path / "logistic.zarr"
@@ -220,7 +221,8 @@ def test_preprocess_refuses_bad_input(tmp_path, capsys):
     out, pre = tmp_path / "out.zarr", tmp_path / "pre.zarr"
     code, err = run(["preprocess", tmp_path / "nan.zarr", "--var", "X", "--unit-norm", "--out", out], capsys)
     assert_error(code, err, 1, "NaN or infinity")
-    assert not out.exists() and not leftovers(out)
+    assert not out.exists()
+    assert not leftovers(out)
     code, err = run(["preprocess", tmp_path / "nan.zarr", "--var", "X", "--out", out], capsys)
     assert_error(code, err, 2, "nothing to do")
     X[250, 3] = 0.0
@@ -239,7 +241,8 @@ def test_preprocess_refuses_bad_input(tmp_path, capsys):
     code, err = run(["preprocess", tmp_path / "nan.zarr", "--var", "X", "--unit-norm", "--keep", "nope", "--out",
                      out], capsys)
     assert_error(code, err, 1, "no variable 'nope'")
-    assert not out.exists() and not leftovers(out)
+    assert not out.exists()
+    assert not leftovers(out)
 
 
 def test_ridge_solvers_from_the_command_line(tmp_path, capsys):

@@ -73,7 +73,8 @@ def fit_steps(XL, XR, cfg: dict, k: int, reg: float, score_of, curves: dict) -> 
     from dsgd_dask import KernelCCA
 
     n_features, block, batch, steps = cfg["steps"]
-    pre, eta0, decay, kind = cfg["steps_preconditioner"], cfg["steps_eta0"], cfg["steps_eta_decay"], cfg["steps_features"]
+    pre, eta0, decay = cfg["steps_preconditioner"], cfg["steps_eta0"], cfg["steps_eta_decay"]
+    kind = cfg["steps_features"]
     name = (f'KernelCCA(solver="dsgd", features="{kind}", preconditioner="{pre}", eta0={eta0:g}, eta_decay={decay:g}), '
             f"blocks of {block}, batches of {batch}")
     # the callback comes once per chunk task (a store chunk's steps)

@@ -1,4 +1,4 @@
-"""The ``dsgd-dask`` command line: preprocess data, fit, transform, predict, evaluate and describe models on Zarr stores.
+"""The ``dsgd-dask`` command line: preprocess, fit, transform, predict, evaluate, describe models on Zarr stores.
 
 Run ``dsgd-dask --help`` (or ``python -m dsgd_dask --help``); see ``docs/cli.rst``.
 Exit status: 0 on success, 2 for a command line that cannot work (usage), 1 for a data

@@ -226,8 +226,6 @@ def cmd_preprocess(args) -> int:
     X = open_input(args.input, args.var, feature_dim=args.feature_dim, storage_options=options)
     labelled = isinstance(X, xr.DataArray)
     data = row_chunks(X.data if labelled else X, args.chunks)
-    if not isinstance(data, da.Array):
-        data = row_chunks(data, args.chunks)
     data = data.map_blocks(_finite_rows, f"INPUT {args.input}", dtype=data.dtype)
     with scheduler(args.scheduler, args.n_workers):
         if args.like is not None:
@@ -246,7 +244,7 @@ def cmd_preprocess(args) -> int:
             pipe = make_pipeline(*steps).fit(data)
             pca = steps[-1] if args.pca is not None else None
             recipe = {"unit_norm": bool(args.unit_norm), "pca": args.pca,
-                      "pca_samples": None if pca is None else int(len(pca.sample_indices_)),
+                      "pca_samples": None if pca is None else len(pca.sample_indices_),
                       "seed": args.seed, "explained_variance_ratio":
                       None if pca is None else float(pca.explained_variance_ratio_.sum()),
                       "fitted_on": str(args.input)}
