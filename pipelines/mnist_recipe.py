@@ -46,6 +46,21 @@ class _Stop(Exception):
     pass
 
 
+def recipe_pipeline(n_features: int, block_size: int = 4096, batch_size: int = 8192, jitter: float = 1e-3,
+                    shuffle_chunks: int = 2, n_components: int = 100, pca_samples: int = 10000, seed: int = 0):
+    """Unit-norm rows, PCA to ``n_components`` fitted on ``pca_samples`` rows, and the recipe's classifier.
+
+    ``KernelLogisticRegression`` (softmax), no regulariser, a new block of ``block_size``
+    random Fourier features per step through the block preconditioner, until ``n_features``.
+    """
+    clf = KernelLogisticRegression(alpha=0.0, solver="dsgd", features="fourier", preconditioner="block",
+                                   preconditioner_jitter=jitter, block_size=block_size, batch_size=batch_size,
+                                   max_iter=n_features // block_size, shuffle_chunks=shuffle_chunks,
+                                   n_features=n_features, random_state=seed)
+    return make_pipeline(UnitNorm(), SamplePCA(n_components=n_components, n_samples=pca_samples, random_state=seed),
+                         clf)
+
+
 def run(data: str, out: str, steps: list[int], budget: float, block_size: int = 4096, batch_size: int = 8192,
         shuffle_chunks: int = 2, n_components: int = 100, pca_samples: int = 10000, seed: int = 0,
         store: str | None = None, rows: int | None = None) -> dict:
@@ -69,12 +84,9 @@ def run(data: str, out: str, steps: list[int], budget: float, block_size: int = 
     n = len(Xd)
     Xtd = da.from_array(Xt, chunks=(batch_size, -1))
     max_iter = max(steps)
-    clf = KernelLogisticRegression(alpha=0.0, solver="dsgd", features="fourier", preconditioner="block",
-                                   preconditioner_jitter=1e-3, block_size=block_size, batch_size=batch_size,
-                                   max_iter=max_iter, shuffle_chunks=shuffle_chunks,
-                                   n_features=max_iter * block_size, random_state=seed)
-    pipe = make_pipeline(UnitNorm(), SamplePCA(n_components=n_components, n_samples=pca_samples,
-                                               random_state=seed), clf)
+    pipe = recipe_pipeline(max_iter * block_size, block_size, batch_size, shuffle_chunks=shuffle_chunks,
+                           n_components=n_components, pca_samples=pca_samples, seed=seed)
+    clf = pipe[-1]
     result = {"data": store or data, "n_train": n, "n_test": len(Xt), "block_size": block_size,
               "batch_size": batch_size,
               "shuffle_chunks": shuffle_chunks, "n_components": n_components, "pca_samples": pca_samples,

@@ -55,6 +55,13 @@ def test_digits(ctx) -> tuple[np.ndarray, np.ndarray]:
     return X.reshape(len(X), -1).astype(np.float32) / np.float32(255.0), np.asarray(y)
 
 
+def check_parts(run, parts: tuple) -> None:
+    """Refuse a ``run`` option naming a part that the comparison does not have."""
+    unknown = sorted(set(run) - set(parts))
+    if unknown:
+        raise ValueError(f"run: unknown part(s) {unknown}; the parts are {parts}")
+
+
 def subsample(X, y, n: int, seed: int = SEED) -> tuple[np.ndarray, np.ndarray]:
     """``n`` rows of a lazy store, drawn uniformly without replacement (seeded), in memory."""
     idx = np.sort(np.random.default_rng(seed).choice(X.shape[0], n, replace=False))

@@ -20,7 +20,16 @@ import time
 
 import numpy as np
 
-from benchmarks.comparisons._digits import SEED, Budget, OutOfBudget, digit_store, store_arrays, subsample, test_digits
+from benchmarks.comparisons._digits import (
+    SEED,
+    Budget,
+    OutOfBudget,
+    check_parts,
+    digit_store,
+    store_arrays,
+    subsample,
+    test_digits,
+)
 from benchmarks.runner import Comparison, PeakMemory, Report, register
 
 BOTH = ("nystroem", "fourier")
@@ -102,9 +111,7 @@ def measure(ctx) -> Report:
     from dsgd_dask.metrics import paired_correlations
 
     cfg = ctx.config(FULL, QUICK)
-    unknown = sorted(set(cfg["run"]) - set(PARTS))
-    if unknown:
-        raise ValueError(f"run: unknown part(s) {unknown}; the parts are {PARTS}")
+    check_parts(cfg["run"], PARTS)
     k = cfg["k"]
     path = digit_store(ctx)
     X, y = store_arrays(path, cfg["rows"])

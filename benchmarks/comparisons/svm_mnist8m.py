@@ -29,7 +29,16 @@ import time
 
 import numpy as np
 
-from benchmarks.comparisons._digits import SEED, Budget, OutOfBudget, digit_store, store_arrays, subsample, test_digits
+from benchmarks.comparisons._digits import (
+    SEED,
+    Budget,
+    OutOfBudget,
+    check_parts,
+    digit_store,
+    store_arrays,
+    subsample,
+    test_digits,
+)
 from benchmarks.runner import Comparison, PeakMemory, Report, register
 
 #: ``rows``: the ridge passes read the first ``rows`` rows of the store (the 60,000 digits and
@@ -73,16 +82,14 @@ def one_hot_lazy(codes):
 def fit_recipe(X_all, y_all, Xt, yt, cfg: dict, curves: dict) -> dict:
     """Dai et al.'s recipe on the whole store: its row (its curve into ``curves``)."""
     import dask.array as da
-    from sklearn.pipeline import make_pipeline
 
-    from dsgd_dask import KernelLogisticRegression, SamplePCA, UnitNorm
+    from pipelines.mnist_recipe import recipe_pipeline
 
     n_features, block, batch, pca_samples = cfg["recipe"]
     steps = n_features // block
-    clf = KernelLogisticRegression(alpha=0.0, solver="dsgd", features="fourier", preconditioner="block",
-                                   preconditioner_jitter=cfg["recipe_jitter"], block_size=block, batch_size=batch,
-                                   max_iter=steps, n_features=n_features, shuffle_chunks=2, random_state=SEED)
-    pipe = make_pipeline(UnitNorm(), SamplePCA(n_components=100, n_samples=pca_samples, random_state=SEED), clf)
+    pipe = recipe_pipeline(n_features, block, batch, cfg["recipe_jitter"], shuffle_chunks=2, pca_samples=pca_samples,
+                           seed=SEED)
+    clf = pipe[-1]
     Zt = []
 
     def error_of(model):
@@ -125,9 +132,7 @@ def measure(ctx) -> Report:
     from pipelines.mnist_machines import choose
 
     cfg = ctx.config(FULL, QUICK)
-    unknown = sorted(set(cfg["run"]) - set(PARTS))
-    if unknown:
-        raise ValueError(f"run: unknown part(s) {unknown}; the parts are {PARTS}")
+    check_parts(cfg["run"], PARTS)
     path = digit_store(ctx)
     X, y = store_arrays(path, cfg["rows"])
     X_all, y_all = store_arrays(path)

@@ -204,9 +204,10 @@ def _preprocessing_of(path, options: dict):
     return steps, recipe
 
 
-def _finite_rows(block: np.ndarray, what: str) -> np.ndarray:
-    if not np.isfinite(block).all():
-        raise ValueError(f"{what} contains NaN or infinity; clean the data first")
+def _finite_rows(block: np.ndarray, what: str, block_info=None) -> np.ndarray:
+    from dsgd_dask.streams.inputs import check_finite_block
+
+    check_finite_block(block, f"{what}, row chunk {block_info[0]['chunk-location'][0] if block_info else '?'}")
     return block
 
 
@@ -242,14 +243,14 @@ def cmd_preprocess(args) -> int:
             if args.pca is not None:
                 steps.append(SamplePCA(args.pca, n_samples=args.pca_samples, random_state=args.seed))
             pipe = make_pipeline(*steps).fit(data)
-            pca = steps[-1] if args.pca is not None else None
-            recipe = {"unit_norm": bool(args.unit_norm), "pca": args.pca,
-                      "pca_samples": None if pca is None else len(pca.sample_indices_),
-                      "seed": args.seed, "explained_variance_ratio":
-                      None if pca is None else float(pca.explained_variance_ratio_.sum()),
-                      "fitted_on": str(args.input)}
+    pca = steps[-1] if isinstance(steps[-1], SamplePCA) else None
+    if args.like is None:
+        recipe = {"unit_norm": bool(args.unit_norm), "pca": args.pca,
+                  "pca_samples": None if pca is None else len(pca.sample_indices_),
+                  "seed": args.seed, "explained_variance_ratio":
+                  None if pca is None else float(pca.explained_variance_ratio_.sum()),
+                  "fitted_on": str(args.input)}
     out = pipe.transform(data).astype(np.float32)
-    pca = steps[-1] if recipe["pca"] is not None else None
     name = args.var or "X"
     arrays = {}
     if labelled:
