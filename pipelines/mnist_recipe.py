@@ -37,7 +37,7 @@ import dask.array as da
 import numpy as np
 from sklearn.pipeline import make_pipeline
 
-from dsgd_dask import KernelLogisticRegression, SamplePCA, UnitNorm
+from dsgd_dask import KernelLogisticRegression, SamplePCA, UnitNorm, median_bandwidth
 
 DEFAULT_DATA = "/work/shared/datasets/mnist.npz"
 
@@ -47,16 +47,17 @@ class _Stop(Exception):
 
 
 def recipe_pipeline(n_features: int, block_size: int = 4096, batch_size: int = 8192, jitter: float = 1e-3,
-                    shuffle_chunks: int = 2, n_components: int = 100, pca_samples: int = 10000, seed: int = 0):
+                    shuffle_chunks: int = 2, n_components: int = 100, pca_samples: int = 10000, seed: int = 0,
+                    features: str = "fourier", bandwidth="median"):
     """Unit-norm rows, PCA to ``n_components`` fitted on ``pca_samples`` rows, and the recipe's classifier.
 
     ``KernelLogisticRegression`` (softmax), no regulariser, a new block of ``block_size``
-    random Fourier features per step through the block preconditioner, until ``n_features``.
+    random Fourier ``features`` per step through the block preconditioner, until ``n_features``.
     """
-    clf = KernelLogisticRegression(alpha=0.0, solver="dsgd", features="fourier", preconditioner="block",
+    clf = KernelLogisticRegression(alpha=0.0, solver="dsgd", features=features, preconditioner="block",
                                    preconditioner_jitter=jitter, block_size=block_size, batch_size=batch_size,
                                    max_iter=n_features // block_size, shuffle_chunks=shuffle_chunks,
-                                   n_features=n_features, random_state=seed)
+                                   n_features=n_features, random_state=seed, bandwidth=bandwidth)
     return make_pipeline(UnitNorm(), SamplePCA(n_components=n_components, n_samples=pca_samples, random_state=seed),
                          clf)
 
@@ -202,6 +203,19 @@ def defaults(data: str, out: str, seed: int = 0, rows: int | None = None, n_comp
     with open(out, "w") as fh:
         json.dump(result, fh, indent=1)
     return result
+
+
+def authors_bandwidth(Z, n_rows: int = 4000, seed: int = 1) -> float:
+    """Dai et al.'s Gaussian bandwidth: ``exp(-|x - y|^2 / median^2)``, as this package's ``sigma``.
+
+    The median distance of ``n_rows`` seeded rows of the inputs ``Z`` (numpy or dask);
+    their kernel is ``exp(-s |x - y|^2)`` with ``s = 1 / median^2``, the package's Gaussian
+    ``exp(-|x - y|^2 / (2 sigma^2))`` at ``sigma = median / sqrt(2)``.
+    """
+    idx = np.sort(np.random.default_rng(seed).choice(len(Z), size=min(n_rows, len(Z)), replace=False))
+    rows = Z[idx]
+    rows = rows.compute() if isinstance(rows, da.Array) else rows
+    return median_bandwidth(np.asarray(rows, dtype=np.float64)) / np.sqrt(2.0)
 
 
 def main(argv=None) -> None:

@@ -397,9 +397,11 @@ class FourierPairs(RandomFeatures):
         z = np.empty((Xp.shape[0], w.shape[1]), dtype=self.dtype) if out is None else out
         scale = self.dtype.type(np.sqrt(2.0 / m))
         for lo in range(0, w.shape[1], m):
-            u = Xp @ w[:, lo:lo + half]
+            # the products go to the sines' columns and are overwritten there: no temporary
+            # of rows x m / 2 is allocated (and page-faulted) per block
+            u = np.matmul(Xp, w[:, lo:lo + half], out=z[:, lo + half:lo + m])
             np.cos(u, out=z[:, lo:lo + half])
-            np.sin(u, out=z[:, lo + half:lo + m])
+            np.sin(u, out=u)
         z *= scale
         return z
 

@@ -12,6 +12,16 @@ from dsgd_dask.transform.lazy import ROW_SLICE, in_row_slices
 #: bounds the temporaries to rows x PAGE_COLUMNS features.
 EVAL_ROWS = ROW_SLICE
 
+#: Bytes of the random features :func:`evaluate_blocks` makes at once per page (a tile of
+#: rows of the page's columns): small enough to stay in a core's share of the cache between
+#: the features' product, their sines and cosines and their product with the coefficients.
+TILE_BYTES = 4 << 20
+
+
+def tile_rows(width: int, itemsize: int) -> int:
+    """Rows of a tile of ``width`` features: a multiple of 64, at least 64, about :data:`TILE_BYTES`."""
+    return max(64, TILE_BYTES // (width * itemsize) // 64 * 64)
+
 
 class KernelExpansion:
     """Random-feature expansion of ``k`` functions: the model every estimator fits.
@@ -99,12 +109,24 @@ def evaluate_blocks(features: RandomFeatures, coef: np.ndarray, X: np.ndarray, k
         n_blocks += 1
 
     def page(b0, b1, payload):
-        r = features.raw(Xp, payload, out=scratch("page-z", (Xp.shape[0], (b1 - b0) * m), features.dtype))
-        hp = r @ raw_coef[b0 * m:b1 * m].astype(r.dtype, copy=False)
-        kept = None
+        rows, width = Xp.shape[0], (b1 - b0) * m
+        coef_p = raw_coef[b0 * m:b1 * m].astype(features.dtype, copy=False)
         if from_page and keep_block is not None and b0 <= keep_block < b1:
-            kept = r[:, (keep_block - b0) * m:(keep_block - b0 + 1) * m].copy()
-        return hp, kept
+            r = features.raw(Xp, payload, out=np.empty((rows, width), dtype=features.dtype))
+            kept = r if width == m else r[:, (keep_block - b0) * m:(keep_block - b0 + 1) * m].copy()
+            return r @ coef_p, kept
+        if not features.raw_are_features:
+            r = features.raw(Xp, payload, out=scratch("page-z", (rows, width), features.dtype))
+            return r @ coef_p, None
+        # random features: in tiles of rows that stay in cache, each one's features made and
+        # multiplied by the coefficients at once; the tiles depend on the model alone
+        tile = tile_rows(width, features.dtype.itemsize)
+        r = scratch("page-z", (min(tile, rows), width), features.dtype)
+        hp = np.empty((rows, coef_p.shape[1]), dtype=features.dtype)
+        for r0 in range(0, rows, tile):
+            r1 = min(rows, r0 + tile)
+            np.matmul(features.raw(Xp[r0:r1], payload, out=r[:r1 - r0]), coef_p, out=hp[r0:r1])
+        return hp, None
 
     h = np.zeros((Xp.shape[0], coef.shape[1]), dtype=np.float64)
     kept = None
