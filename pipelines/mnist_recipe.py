@@ -15,7 +15,7 @@ Usage::
 
     python pipelines/mnist_recipe.py [--data PATH] [--out FILE] [--steps 5,15,30,60] [--budget SECONDS]
     python pipelines/mnist_recipe.py --store benchmarks/results/stores/mnist8m_8100000_0.zarr \
-        --pca-samples 100000 --steps 6,16,30,46 [--rows N]
+        --pca-samples 100000 --steps 6,16,30,46 [--rows N] [--features fourier_pairs] [--bandwidth authors]
 
 With ``--store`` the training rows are those of a digit store (its first ``--rows``), the
 test digits those of ``--data``.
@@ -64,13 +64,17 @@ def recipe_pipeline(n_features: int, block_size: int = 4096, batch_size: int = 8
 
 def run(data: str, out: str, steps: list[int], budget: float, block_size: int = 4096, batch_size: int = 8192,
         shuffle_chunks: int = 2, n_components: int = 100, pca_samples: int = 10000, seed: int = 0,
-        store: str | None = None, rows: int | None = None) -> dict:
+        store: str | None = None, rows: int | None = None, features: str = "fourier",
+        bandwidth: str = "median") -> dict:
     """The recipe's fit, read at ``steps``; on the digits of ``data`` or the Zarr ``store``.
 
     With ``store`` (arrays ``X``, ``y`` as written by ``pipelines/mnist8m_store.py``) the
     training rows are the store's first ``rows`` (all by default), read chunk by chunk,
-    and the test digits those of ``data``.
+    and the test digits those of ``data``. ``bandwidth``: ``"median"`` (``sigma`` the
+    median distance of the inputs) or ``"authors"`` (:func:`authors_bandwidth`).
     """
+    if bandwidth not in ("median", "authors"):
+        raise ValueError(f"bandwidth must be 'median' or 'authors', got {bandwidth!r}")
     with np.load(data) as f:
         if store is None:
             X = f["X_train"].reshape(len(f["X_train"]), -1).astype(np.float32)
@@ -86,16 +90,18 @@ def run(data: str, out: str, steps: list[int], budget: float, block_size: int = 
     Xtd = da.from_array(Xt, chunks=(batch_size, -1))
     max_iter = max(steps)
     pipe = recipe_pipeline(max_iter * block_size, block_size, batch_size, shuffle_chunks=shuffle_chunks,
-                           n_components=n_components, pca_samples=pca_samples, seed=seed)
+                           n_components=n_components, pca_samples=pca_samples, seed=seed, features=features)
     clf = pipe[-1]
     result = {"data": store or data, "n_train": n, "n_test": len(Xt), "block_size": block_size,
-              "batch_size": batch_size,
+              "batch_size": batch_size, "features": features, "bandwidth": bandwidth,
               "shuffle_chunks": shuffle_chunks, "n_components": n_components, "pca_samples": pca_samples,
               "alpha": 0.0, "seed": seed,
               "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
               "note": "wall times on a shared machine: upper bounds", "points": []}
     excluded = 0.0  # seconds spent measuring inside the callback
     start = time.perf_counter()
+    if bandwidth == "authors":  # counted in the fit time
+        clf.set_params(bandwidth=authors_bandwidth(pipe[:-1].fit(Xd).transform(Xd), seed=seed + 1))
     Zt = None
 
     pending = list(steps)
@@ -230,6 +236,9 @@ def main(argv=None) -> None:
     parser.add_argument("--pca-samples", type=int, default=10000)
     parser.add_argument("--store", default=None, help="a Zarr store of training digits (X, y) instead of --data's")
     parser.add_argument("--rows", type=int, default=None, help="train on the first ROWS rows only")
+    parser.add_argument("--features", default="fourier", choices=("fourier", "fourier_pairs"))
+    parser.add_argument("--bandwidth", default="median", choices=("median", "authors"),
+                        help="sigma = the median distance, or Dai et al.'s exp(-|x - y|^2 / median^2)")
     parser.add_argument("--defaults", action="store_true",
                         help="every classifier with its default settings against the ridge peer instead")
     args = parser.parse_args(argv)
@@ -238,7 +247,8 @@ def main(argv=None) -> None:
         return
     steps = sorted(int(s) for s in args.steps.split(","))
     run(args.data, args.out, steps, args.budget, block_size=args.block_size, batch_size=args.batch_size,
-        shuffle_chunks=args.shuffle_chunks, pca_samples=args.pca_samples, store=args.store, rows=args.rows)
+        shuffle_chunks=args.shuffle_chunks, pca_samples=args.pca_samples, store=args.store, rows=args.rows,
+        features=args.features, bandwidth=args.bandwidth)
 
 
 if __name__ == "__main__":

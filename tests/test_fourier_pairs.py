@@ -69,3 +69,23 @@ def test_machines_on_pairs_fit_save_and_load(tmp_path):
     J = ridge.n_features_ // ridge.model_.features.block_size
     coef = np.linalg.solve(Z.T @ Z / n + 1e-3 * J * np.eye(Z.shape[1]), Z.T @ X[:600, 20] / n)
     np.testing.assert_allclose(ridge.predict(X[:600]), Z @ coef, atol=1e-6)
+
+
+def test_pairs_where_the_solvers_take_them():
+    # kernel CCA and SVD take pairs on their steps (and CCA on its one pass); the other
+    # component analyses refuse them before reading the data, naming the features they take
+    from dsgd_dask import KernelCCA, KernelPCA, KernelSIR, KernelSVD
+
+    X, y = load_digits(return_X_y=True)
+    X = X[:300] / 16
+    cca = KernelCCA(2, solver="dsgd", features="fourier_pairs", n_features=128, random_state=0)
+    cca.fit(X[:, :32], X[:, 32:])
+    assert all(isinstance(f, FourierPairs) for f in cca._features)
+    svd = KernelSVD(2, features="fourier_pairs", n_features=128, random_state=0).fit(X[:, :32], X[:, 32:])
+    assert all(isinstance(f, FourierPairs) for f in svd._features)
+    with pytest.raises(ValueError, match="even block_size"):
+        KernelCCA(2, solver="dsgd", features="fourier_pairs", n_features=129, block_size=129).fit(X[:, :32], X[:, 32:])
+    for est in (KernelPCA(2, solver="dsgd", features="fourier_pairs"),
+                KernelSIR(2, solver="dsgd", features="fourier_pairs")):
+        with pytest.raises(ValueError, match="takes features in"):
+            est.fit(X, y[:300].astype(float))

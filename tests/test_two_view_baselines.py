@@ -325,7 +325,7 @@ def _explicit_features(est, X, Y):
     out = []
     for model, V in zip(est.models_, (X, Y), strict=True):
         f = model.features
-        if est.features == "fourier":
+        if est.features in ("fourier", "fourier_pairs"):
             nb = est.n_features_ // f.block_size
             out.append((f.transform(V, 0, nb).astype(np.float64) / np.sqrt(nb), model.coef * np.sqrt(nb)))
         else:  # kernel sections at the landmarks, whitened by K_LL^{-1/2}: N^T K_LL (N A) = A
@@ -337,6 +337,8 @@ def _explicit_features(est, X, Y):
 
 @pytest.mark.parametrize("est", [
     KernelCCA(4, solver="rca", features="fourier", n_features=192, block_size=64, compute_dtype="float64",
+              reg=1e-3, random_state=5),
+    KernelCCA(4, solver="rca", features="fourier_pairs", n_features=192, block_size=64, compute_dtype="float64",
               reg=1e-3, random_state=5),
     KernelCCA(4, solver="rca", n_features=150, reg=1e-3, random_state=5),
 ], ids=lambda e: e.features)

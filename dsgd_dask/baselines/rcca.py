@@ -20,7 +20,7 @@ import numpy as np
 from dsgd_dask.baselines._moments import FourierMap, NystroemMap
 from dsgd_dask.baselines.rca import SHIFT_ROWS, sections
 from dsgd_dask.engine.rca import rca_moments
-from dsgd_dask.features.blocks import RandomFeatures
+from dsgd_dask.features.blocks import FourierPairs, RandomFeatures
 from dsgd_dask.features.kernels import kernel_matrix
 from dsgd_dask.features.nystroem import inverse_sqrt
 from dsgd_dask.model.expansion import KernelExpansion
@@ -59,9 +59,9 @@ def randomized_cca(view: DataView, dx: int, specs: tuple, sample: np.ndarray, k:
     landmarks, so ``reg`` is the ridge on the RKHS norm of functions in the landmarks'
     span, and with every row a landmark the problem is exact kernel CCA. Cost ``n M d``
     kernel evaluations and ``4 n M^2`` flops for the moments.
-    ``kind="fourier"``: the first ``n_blocks`` seeded Fourier blocks of each view (the
-    blocks of ``KernelCCA(solver="dsgd")`` with the same seed, size and precision),
-    scaled by ``1 / sqrt(n_blocks)`` so their inner products estimate the kernel; ``reg``
+    ``kind="fourier"`` (``"fourier_pairs"``: ``[cos, sin]`` pairs): the first ``n_blocks``
+    seeded Fourier blocks of each view (the blocks of ``KernelCCA(solver="dsgd")`` with
+    the same seed, size and precision), scaled by ``1 / sqrt(n_blocks)`` so their inner products estimate the kernel; ``reg``
     is then the ridge on the norm in the RKHS of that random-feature kernel.
 
     ``sample`` holds seeded rows of ``view`` (their mean features shift the products, and
@@ -88,9 +88,10 @@ def randomized_cca(view: DataView, dx: int, specs: tuple, sample: np.ndarray, k:
                                  "arccos kernel); no Nyström features can be formed")
             maps.append(NystroemMap(spec, L, normalization))
     else:
-        blocks = [RandomFeatures(spec, s.shape[1], block_size, view_seed(seed, v), dtype,
-                                 center=s.mean(axis=0, dtype=np.float64) if spec.shift_invariant else None,
-                                 cache_bytes=cache_bytes)
+        cls = FourierPairs if kind == "fourier_pairs" else RandomFeatures
+        blocks = [cls(spec, s.shape[1], block_size, view_seed(seed, v), dtype,
+                      center=s.mean(axis=0, dtype=np.float64) if spec.shift_invariant else None,
+                      cache_bytes=cache_bytes)
                   for v, (spec, s) in enumerate(((specs[0], sx), (specs[1], sy)))]
         maps = [FourierMap(f, n_blocks) for f in blocks]
     fmap = PairedMap(maps[0], maps[1], dx)

@@ -54,7 +54,8 @@ RANDOM_STATE: dict[str, list] = {
 
 #: Every estimator on random features fitted by the engines: budget, steps, precision, checkpoints.
 STEPS: dict[str, list] = {
-    "features": [StrOptions({"nystroem", "fourier"})],
+    # each solver's own features are checked against its table (estimators._solvers.SOLVERS)
+    "features": [StrOptions({"nystroem", "fourier", "fourier_pairs"})],
     "n_features": [Interval(Integral, 1, MAX_FEATURES, closed="both"), AUTO],
     "block_size": [Interval(Integral, 1, MAX_FEATURES, closed="both"), AUTO],
     "batch_size": COUNT,

@@ -27,9 +27,9 @@ from dsgd_dask.engine.driver import record as record
 SOLVERS: dict[str, dict[str, tuple[str, ...]]] = {
     "KernelPCA": {"dsgd": ("nystroem", "fourier"), "subspace": ("nystroem", "fourier"),
                   "rca": ("nystroem", "fourier"), "exact": ("nystroem",)},
-    "KernelSVD": {"dsgd": ("nystroem", "fourier"), "exact": ("nystroem",)},
-    "KernelCCA": {"dsgd": ("nystroem", "fourier"), "lobpcg": ("nystroem",), "rca": ("nystroem", "fourier"),
-                  "exact": ("nystroem",)},
+    "KernelSVD": {"dsgd": ("nystroem", "fourier", "fourier_pairs"), "exact": ("nystroem",)},
+    "KernelCCA": {"dsgd": ("nystroem", "fourier", "fourier_pairs"), "lobpcg": ("nystroem",),
+                  "rca": ("nystroem", "fourier", "fourier_pairs"), "exact": ("nystroem",)},
     "KernelSIR": {"dsgd": ("nystroem", "fourier"), "rca": ("nystroem", "fourier"), "exact": ("nystroem",)},
     "KernelRidge": {"dsgd": ("nystroem", "fourier", "fourier_pairs"), "cg": ("nystroem", "fourier", "fourier_pairs"),
                     "exact": ("nystroem",)},

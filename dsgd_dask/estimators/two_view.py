@@ -177,11 +177,14 @@ _SHARED_PARAMS = """\
     kernel_params_x, kernel_params_y : dict, optional
         Shape parameters of each view's kernel (``{"nu": ...}`` for matern,
         ``{"order": ...}`` for arccos).
-    features : {"nystroem", "fourier"}, default="nystroem"
+    features : {"nystroem", "fourier", "fourier_pairs"}, default="nystroem"
         How the functions are represented: kernel sections at seeded landmark rows (the
         same rows of both views), or random Fourier blocks regenerated from their seeds
-        (the papers' blocks); each view has its own seeds. ``solver="exact"`` takes
-        every training row as a landmark (``"nystroem"`` only).
+        (the papers' blocks: cosines with random phases), or ``[cos, sin]`` pairs of each
+        frequency (``"fourier_pairs"``: Dai et al.'s features, less variance for as many
+        features and half the products; ``"dsgd"`` and, for kernel CCA, ``"rca"``); each
+        view has its own seeds. ``solver="exact"`` takes every training row as a landmark
+        (``"nystroem"`` only).
     n_features : int or "auto", default="auto"
         Feature budget ``M`` per view, met exactly: an integer that no blocks can make
         up (see ``block_size``), or more Nyström landmarks than rows, is a
