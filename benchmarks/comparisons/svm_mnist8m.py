@@ -129,7 +129,8 @@ def fit_recipe(X_all, y_all, Xt, yt, cfg: dict, curves: dict) -> dict:
             seconds = budget.seconds + bandwidth_seconds
             stop = f"wall-time budget ({cfg['recipe_seconds']:.0f} s) spent after {budget.curve[-1]['n']} steps"
             err, predict_seconds = budget.curve[-1]["test_error"], None
-    curves[RECIPE] = budget.curve
+    curves[f'{RECIPE[:-1]}, features="{cfg["recipe_features"]}", preconditioner="block"), batches of {batch:,}'] = (
+        budget.curve)
     return {"method": f"{RECIPE}, Dai et al.'s recipe: softmax, features=\"{cfg['recipe_features']}\", "
                       "preconditioner=\"block\", unit-norm rows and PCA to 100", "rows": X_all.shape[0],
             "features": n_features, "bandwidth_rule": cfg["recipe_bandwidth"], "bandwidth_seconds": bandwidth_seconds,
