@@ -61,8 +61,9 @@ def randomized_cca(view: DataView, dx: int, specs: tuple, sample: np.ndarray, k:
     kernel evaluations and ``4 n M^2`` flops for the moments.
     ``kind="fourier"`` (``"fourier_pairs"``: ``[cos, sin]`` pairs): the first ``n_blocks``
     seeded Fourier blocks of each view (the blocks of ``KernelCCA(solver="dsgd")`` with
-    the same seed, size and precision), scaled by ``1 / sqrt(n_blocks)`` so their inner products estimate the kernel; ``reg``
-    is then the ridge on the norm in the RKHS of that random-feature kernel.
+    the same seed, size and precision), scaled by ``1 / sqrt(n_blocks)`` so their inner
+    products estimate the kernel; ``reg`` is then the ridge on the norm in the RKHS of that
+    random-feature kernel.
 
     ``sample`` holds seeded rows of ``view`` (their mean features shift the products, and
     centre the Fourier inputs). ``clock`` (the fit's :class:`~dsgd_dask.engine.driver.Clock`)
