@@ -211,15 +211,17 @@ def defaults(data: str, out: str, seed: int = 0, rows: int | None = None, n_comp
     return result
 
 
-def authors_bandwidth(Z, n_rows: int = 4000, seed: int = 1) -> float:
+def authors_bandwidth(Z, n_draws: int = 4000, seed: int = 1) -> float:
     """Dai et al.'s Gaussian bandwidth: ``exp(-|x - y|^2 / median^2)``, as this package's ``sigma``.
 
-    The median distance of ``n_rows`` seeded rows of the inputs ``Z`` (numpy or dask);
-    their kernel is ``exp(-s |x - y|^2)`` with ``s = 1 / median^2``, the package's Gaussian
-    ``exp(-|x - y|^2 / (2 sigma^2))`` at ``sigma = median / sqrt(2)``.
+    Their kernel is ``exp(-s |x - y|^2)`` with ``s = 1 / median^2``, the package's Gaussian
+    ``exp(-|x - y|^2 / (2 sigma^2))`` at ``sigma = median / sqrt(2)``. The median is
+    :func:`~dsgd_dask.median_bandwidth` of the inputs ``Z`` (numpy or dask) at the first
+    :data:`~dsgd_dask.features.bandwidth.MEDIAN_SAMPLE` (1000), in row order, of
+    ``n_draws`` seeded row indices drawn uniformly (the authors take 4000 rows).
     """
-    idx = np.sort(np.random.default_rng(seed).choice(len(Z), size=min(n_rows, len(Z)), replace=False))
-    rows = Z[idx]
+    idx = np.sort(np.random.default_rng(seed).choice(len(Z), size=min(n_draws, len(Z)), replace=False))
+    rows = Z[idx]  # median_bandwidth keeps the first MEDIAN_SAMPLE of them
     rows = rows.compute() if isinstance(rows, da.Array) else rows
     return median_bandwidth(np.asarray(rows, dtype=np.float64)) / np.sqrt(2.0)
 

@@ -255,7 +255,8 @@ def measure(ctx) -> Report:
     if "recipe" in cfg["run"]:
         notes.append("The recipe's own inputs and bandwidth: unit-norm rows, PCA to 100 fitted on "
                      f"{cfg['recipe'][3]:,} rows of the store; the bandwidth "
-                     + ("sigma = median / sqrt(2) of 4000 of those inputs, Dai et al.'s exp(-|x - y|^2 / median^2); "
+                     + ("sigma = median / sqrt(2), the median distance of 1000 of those inputs, Dai et al.'s "
+                        "exp(-|x - y|^2 / median^2); "
                         if cfg["recipe_bandwidth"] == "authors" else "sigma = the median distance of those inputs; ")
                      + f"batches of {cfg['recipe'][2]:,} rows, blocks of {cfg['recipe'][1]:,} {cfg['recipe_features']} "
                      "features; no regulariser. "
