@@ -73,8 +73,6 @@ def run(data: str, out: str, steps: list[int], budget: float, block_size: int = 
     and the test digits those of ``data``. ``bandwidth``: ``"median"`` (``sigma`` the
     median distance of the inputs) or ``"authors"`` (:func:`authors_bandwidth`).
     """
-    if bandwidth not in ("median", "authors"):
-        raise ValueError(f"bandwidth must be 'median' or 'authors', got {bandwidth!r}")
     with np.load(data) as f:
         if store is None:
             X = f["X_train"].reshape(len(f["X_train"]), -1).astype(np.float32)
@@ -100,8 +98,7 @@ def run(data: str, out: str, steps: list[int], budget: float, block_size: int = 
               "note": "wall times on a shared machine: upper bounds", "points": []}
     excluded = 0.0  # seconds spent measuring inside the callback
     start = time.perf_counter()
-    if bandwidth == "authors":  # counted in the fit time
-        clf.set_params(bandwidth=authors_bandwidth(pipe[:-1].fit(Xd).transform(Xd), seed=seed + 1))
+    set_bandwidth(pipe, Xd, bandwidth, seed=seed + 1)  # counted in the fit time
     Zt = None
 
     pending = list(steps)
@@ -224,6 +221,19 @@ def authors_bandwidth(Z, n_draws: int = 4000, seed: int = 1) -> float:
     rows = Z[idx]  # median_bandwidth keeps the first MEDIAN_SAMPLE of them
     rows = rows.compute() if isinstance(rows, da.Array) else rows
     return median_bandwidth(np.asarray(rows, dtype=np.float64)) / np.sqrt(2.0)
+
+
+def set_bandwidth(pipe, X, rule: str, seed: int = 1, what: str = "bandwidth") -> None:
+    """Set the bandwidth of :func:`recipe_pipeline`'s classifier by ``rule``, before its fit.
+
+    ``"median"``: leave the classifier's own median trick. ``"authors"``: fit the
+    preprocessing on ``X`` and take :func:`authors_bandwidth` of its outputs (the pipeline's
+    fit then fits the same seeded preprocessing again). ``what`` names the option in errors.
+    """
+    if rule not in ("median", "authors"):
+        raise ValueError(f"{what} must be 'median' or 'authors', got {rule!r}")
+    if rule == "authors":
+        pipe[-1].set_params(bandwidth=authors_bandwidth(pipe[:-1].fit(X).transform(X), seed=seed))
 
 
 def main(argv=None) -> None:

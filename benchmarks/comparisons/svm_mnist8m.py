@@ -88,7 +88,7 @@ def fit_recipe(X_all, y_all, Xt, yt, cfg: dict, curves: dict) -> dict:
     """Dai et al.'s recipe on the whole store: its row (its curve into ``curves``)."""
     import dask.array as da
 
-    from pipelines.mnist_recipe import authors_bandwidth, recipe_pipeline
+    from pipelines.mnist_recipe import recipe_pipeline, set_bandwidth
 
     n_features, block, batch, pca_samples = cfg["recipe"]
     steps = n_features // block
@@ -98,14 +98,9 @@ def fit_recipe(X_all, y_all, Xt, yt, cfg: dict, curves: dict) -> dict:
     Zt = []
     X_in = X_all.rechunk((batch, -1))
     y_in = y_all.rechunk(batch).astype(np.int64)
-    if cfg["recipe_bandwidth"] not in ("authors", "median"):
-        raise ValueError(f"recipe_bandwidth must be 'authors' or 'median', got {cfg['recipe_bandwidth']!r}")
     t0 = time.perf_counter()
-    if cfg["recipe_bandwidth"] == "authors":
-        # the preprocessing is fitted here to measure its outputs' distances, and again (the
-        # same seeded fit) by the pipeline; both count in the fit time
-        clf.set_params(bandwidth=authors_bandwidth(pipe[:-1].fit(X_in).transform(X_in)))
-    bandwidth_seconds = time.perf_counter() - t0
+    set_bandwidth(pipe, X_in, cfg["recipe_bandwidth"], seed=SEED + 1, what="recipe_bandwidth")
+    bandwidth_seconds = time.perf_counter() - t0  # counted in the fit time
 
     def error_of(model):
         if not Zt:
