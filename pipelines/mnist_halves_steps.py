@@ -14,6 +14,9 @@ Examples::
     python pipelines/mnist_halves_steps.py --preconditioner block --eta0 0.5
     python pipelines/mnist_halves_steps.py --preconditioner sample --eta0 0.2 --validation
     python pipelines/mnist_halves_steps.py --eta0 0.05 --eta-decay 0.001 --steps 1000 --validation
+    python pipelines/mnist_halves_steps.py --features fourier_pairs --n-features 40960 --block-size 4096 --validation
+
+The last is the paper's 20,480 frequencies in blocks of 2048 as ``[cos, sin]`` pairs.
 """
 
 from __future__ import annotations
@@ -81,13 +84,16 @@ def main(argv=None) -> None:
     parser.add_argument("--eta-decay", type=float, default=0.01)
     parser.add_argument("--features", choices=("fourier", "fourier_pairs"), default="fourier")
     parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--n-features", type=int, default=20480, help="features per view")
+    parser.add_argument("--block-size", type=int, default=2048, help="features per block")
     parser.add_argument("--jitter", type=float, default=0.1)
     parser.add_argument("--reg", type=float, default=1e-7)
     parser.add_argument("--validation", action="store_true", help="score on 10,000 held-out training digits")
     parser.add_argument("--data-home", default=None)
     args = parser.parse_args(argv)
     run(None if args.preconditioner == "none" else args.preconditioner, args.eta0, args.steps, args.jitter, args.reg,
-        validation=args.validation, data_home=args.data_home, eta_decay=args.eta_decay, features=args.features)
+        n_features=args.n_features, block_size=args.block_size, validation=args.validation, data_home=args.data_home,
+        eta_decay=args.eta_decay, features=args.features)
 
 
 if __name__ == "__main__":

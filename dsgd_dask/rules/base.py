@@ -21,6 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dsgd_dask._threads import scratch
+from dsgd_dask.model.expansion import tile_rows
+
 
 class DivergenceError(FloatingPointError):
     """An update produced non-finite or exploding statistics."""
@@ -89,15 +92,40 @@ def check_variances(variances: np.ndarray, deltas, limit: float, t: int) -> None
         raise DivergenceError(f"update step {t} diverged (largest component variance {top:.3g})")
 
 
-def set_sums(i: int, h: np.ndarray, z: np.ndarray, for_parts: bool) -> dict:
+def column_products(z: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(z.sum(axis=0), z^T a)`` in float64 for features ``z`` of any float precision.
+
+    A float32 ``z`` is converted a tile of rows (:func:`~dsgd_dask.model.expansion.tile_rows`)
+    at a time into the thread's float64 scratch buffer, the tiles added in row order: no
+    float64 copy of the whole batch, the same sums on any number of threads.
+    """
+    if z.dtype == np.float64:
+        return z.sum(axis=0), z.T @ a
+    rows = tile_rows(z.shape[1], 8)
+    buf = scratch("column-products", (min(rows, len(z)), z.shape[1]), np.float64)
+    total, prod = np.zeros(z.shape[1]), np.zeros((z.shape[1], a.shape[1]))
+    for r0 in range(0, len(z), rows):
+        tile = buf[:min(rows, len(z) - r0)]
+        np.copyto(tile, z[r0:r0 + rows])
+        total += tile.sum(axis=0)
+        prod += tile.T @ a[r0:r0 + rows]
+    return total, prod
+
+
+def set_sums(i: int, h: np.ndarray, z: np.ndarray, for_parts: bool, zh: np.ndarray | None = None,
+             z_sum: np.ndarray | None = None) -> dict:
     """The sums every rule keeps of set ``i``: row sums of ``h`` and ``z``, ``h^T h``, ``z^T h``.
 
     With ``for_parts``, also ``z^T z`` (the divergence check of data-parallel steps).
+    ``zh`` and ``z_sum``: ``z^T h`` and ``z``'s row sum when the rule has them already
+    (:func:`column_products`).
     """
     s = f"{i}"
-    z64 = z.astype(np.float64, copy=False)
-    out = {"h" + s: h.sum(axis=0), "z" + s: z64.sum(axis=0), "hh" + s: h.T @ h, "zh" + s: z64.T @ h}
+    if zh is None:
+        z_sum, zh = column_products(z, h)
+    out = {"h" + s: h.sum(axis=0), "z" + s: z_sum, "hh" + s: h.T @ h, "zh" + s: zh}
     if for_parts:
+        z64 = z.astype(np.float64, copy=False)
         out["zz" + s] = z64.T @ z64
     return out
 

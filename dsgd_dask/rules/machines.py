@@ -41,7 +41,7 @@ from scipy.linalg import cho_factor, cho_solve
 from scipy.special import expit, softmax
 
 from dsgd_dask._threads import imap_ordered
-from dsgd_dask.rules.base import StepRule, Sums, Update, set_sums
+from dsgd_dask.rules.base import StepRule, Sums, Update, column_products, set_sums
 
 LOSSES = ("squared", "hinge", "logistic", "softmax")
 #: Step preconditioners: none (the functional gradient) or ``"block"`` (the step's block's own second moment).
@@ -111,9 +111,10 @@ class MachineRule(StepRule):
 
     def sums(self, h: tuple, z: tuple, extra: dict, for_parts: bool) -> Sums:
         g = loss_gradient(self.loss, h[0], extra["targets"])
-        z64 = z[0].astype(np.float64, copy=False)
-        out = Sums({"n": np.array(float(len(g))), **set_sums(0, h[0], z64, for_parts), "zg": z64.T @ g,
-                    "loss": np.array(float(loss_value(self.loss, h[0], extra["targets"]).sum()))})
+        c = h[0].shape[1]
+        z_sum, zhg = column_products(z[0], np.hstack([h[0], g]))
+        out = Sums({"n": np.array(float(len(g))), **set_sums(0, h[0], z[0], for_parts, zhg[:, :c], z_sum),
+                    "zg": zhg[:, c:], "loss": np.array(float(loss_value(self.loss, h[0], extra["targets"]).sum()))})
         if self.preconditioner == "block" and "zz0" not in out:
             out["zz0"] = block_moment(z[0])
         return out
@@ -123,7 +124,7 @@ class MachineRule(StepRule):
         c = total["zg"].shape[1]
         shrink = (1.0 - eta * self.alpha) * np.eye(c)
         if self.preconditioner == "block":
-            return (Update(shrink, -eta * block_solve(total["zz0"] / n, total["zg"] / n, self.jitter)),)
+            return (Update(shrink, -eta * block_solve(total["zz0"] / n, total["zg"] / n, self.jitter, overwrite=True)),)
         return (Update(shrink, -eta * total["zg"] / n),)
 
 
@@ -152,6 +153,6 @@ def block_factor(C: np.ndarray, jitter: float = BLOCK_JITTER, overwrite: bool = 
     return cho_factor(A, lower=True, overwrite_a=True, check_finite=False)
 
 
-def block_solve(C: np.ndarray, G: np.ndarray, jitter: float = BLOCK_JITTER) -> np.ndarray:
-    """``(C + epsilon I)^{-1} G`` by Cholesky (:func:`block_factor`)."""
-    return cho_solve(block_factor(C, jitter), G, check_finite=False)
+def block_solve(C: np.ndarray, G: np.ndarray, jitter: float = BLOCK_JITTER, overwrite: bool = False) -> np.ndarray:
+    """``(C + epsilon I)^{-1} G`` by Cholesky (:func:`block_factor`); ``overwrite``: factor ``C`` in place."""
+    return cho_solve(block_factor(C, jitter, overwrite=overwrite), G, check_finite=False)
