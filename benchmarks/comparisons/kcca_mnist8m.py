@@ -275,6 +275,5 @@ register(Comparison(
     budgets=('KernelCCA(solver="lobpcg"): passes over the first 240k rows, 8192 features per view, until converged '
              'or 30 min; solver="dsgd": the paper\'s 3000 steps of 1024 rows drawn from the whole store, 20,480 '
              'Fourier frequencies per view as [cos, sin] pairs (at most 90 min); solver="rca": m = 4096 on 120k '
-             'rows, Nyström m = 8192 '
-             'on 60k rows'),
+             'rows, Nyström m = 8192 on 60k rows'),
     measure=measure))
