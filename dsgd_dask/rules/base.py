@@ -112,17 +112,14 @@ def column_products(z: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return total, prod
 
 
-def set_sums(i: int, h: np.ndarray, z: np.ndarray, for_parts: bool, zh: np.ndarray | None = None,
-             z_sum: np.ndarray | None = None) -> dict:
+def set_sums(i: int, h: np.ndarray, z: np.ndarray, for_parts: bool, products: tuple | None = None) -> dict:
     """The sums every rule keeps of set ``i``: row sums of ``h`` and ``z``, ``h^T h``, ``z^T h``.
 
     With ``for_parts``, also ``z^T z`` (the divergence check of data-parallel steps).
-    ``zh`` and ``z_sum``: ``z^T h`` and ``z``'s row sum when the rule has them already
-    (:func:`column_products`).
+    ``products``: ``(z's row sum, z^T h)`` when the rule has them already (:func:`column_products`).
     """
     s = f"{i}"
-    if zh is None:
-        z_sum, zh = column_products(z, h)
+    z_sum, zh = column_products(z, h) if products is None else products
     out = {"h" + s: h.sum(axis=0), "z" + s: z_sum, "hh" + s: h.T @ h, "zh" + s: zh}
     if for_parts:
         z64 = z.astype(np.float64, copy=False)

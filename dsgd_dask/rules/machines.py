@@ -113,7 +113,7 @@ class MachineRule(StepRule):
         g = loss_gradient(self.loss, h[0], extra["targets"])
         c = h[0].shape[1]
         z_sum, zhg = column_products(z[0], np.hstack([h[0], g]))
-        out = Sums({"n": np.array(float(len(g))), **set_sums(0, h[0], z[0], for_parts, zhg[:, :c], z_sum),
+        out = Sums({"n": np.array(float(len(g))), **set_sums(0, h[0], z[0], for_parts, (z_sum, zhg[:, :c])),
                     "zg": zhg[:, c:], "loss": np.array(float(loss_value(self.loss, h[0], extra["targets"]).sum()))})
         if self.preconditioner == "block" and "zz0" not in out:
             out["zz0"] = block_moment(z[0])
