@@ -5,8 +5,12 @@ of 2048 and batches of 1024 rows (Xie, Liang & Song 2015) on the left and right 
 halves of the 60,000 MNIST training digits (shuffled once), for ``--steps`` steps; after
 every chunk of steps the top-50 correlation sum of the raw functions, and of the same
 functions after a linear CCA on 10,000 training rows, on the 10,000 test digits (or, with
-``--validation``, on 10,000 training digits held out from the other 50,000). Scoring time
-is not counted. Prints one line per chunk: ``(steps, raw sum, rotated sum, seconds)``.
+``--validation``, on 10,000 training digits held out from the other 50,000). With
+``--store PATH`` (an MNIST8M-like store, ``pipelines/mnist8m_store.py``) the steps draw their
+batches from the whole store instead, less the 10,000 rows that the ``kcca-mnist8m``
+comparison holds out (seed 2) and 10,000 validation rows (seed 3) on which they are scored:
+how that comparison's step settings are chosen without touching its held-out rows.
+Scoring time is not counted. Prints one line per chunk: ``(steps, raw sum, rotated sum, seconds)``.
 
 Examples::
 
@@ -15,8 +19,10 @@ Examples::
     python pipelines/mnist_halves_steps.py --preconditioner sample --eta0 0.2 --validation
     python pipelines/mnist_halves_steps.py --eta0 0.05 --eta-decay 0.001 --steps 1000 --validation
     python pipelines/mnist_halves_steps.py --features fourier_pairs --n-features 40960 --block-size 4096 --validation
+    python pipelines/mnist_halves_steps.py --features fourier_pairs --n-features 40960 --block-size 4096 \
+        --store benchmarks/results/stores/mnist8m_8100000_0.zarr --steps 520 --jitter 0.3
 
-The last is the paper's 20,480 frequencies in blocks of 2048 as ``[cos, sin]`` pairs.
+The last two run the paper's 20,480 frequencies in blocks of 2048 as ``[cos, sin]`` pairs.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ RIGHT = LEFT + 14
 def run(preconditioner: str | None, eta0: float, steps: int = 300, jitter: float = 0.1, reg: float = 1e-7,
         n_features: int = 20480, block_size: int = 2048, batch_size: int = 1024, chunk_steps: int = 100,
         validation: bool = False, data_home=None, k: int = 50, eta_decay: float = 0.01,
-        features: str = "fourier") -> list[tuple]:
+        features: str = "fourier", store=None) -> list[tuple]:
     """The curve ``[(steps, raw sum, rotated sum, seconds), ...]`` of one fit."""
     import dask.array as da
 
@@ -42,23 +48,35 @@ def run(preconditioner: str | None, eta0: float, steps: int = 300, jitter: float
     from dsgd_dask.metrics import paired_correlations
     from dsgd_dask.rules.solutions import ridge_cca
 
-    X, _ = load_mnist("train", data_home=data_home)
-    X = X.reshape(len(X), -1).astype(np.float32) / np.float32(255)
-    X = X[np.random.default_rng(0).permutation(len(X))]
-    if validation:
-        X, T = X[:50_000], X[50_000:]
+    if store is not None:
+        X, T = store_rows(store)
+        XL, XR = X[:, LEFT], X[:, RIGHT]
+        first = np.asarray(X[:10_000])
+        every = chunk_steps
     else:
-        T, _ = load_mnist("test", data_home=data_home)
-        T = T.reshape(len(T), -1).astype(np.float32) / np.float32(255)
-    XL, XR, TL, TR = X[:, LEFT], X[:, RIGHT], T[:, LEFT], T[:, RIGHT]
-    curve, t0, scoring = [], time.perf_counter(), [0.0]
+        X, _ = load_mnist("train", data_home=data_home)
+        X = X.reshape(len(X), -1).astype(np.float32) / np.float32(255)
+        X = X[np.random.default_rng(0).permutation(len(X))]
+        if validation:
+            X, T = X[:50_000], X[50_000:]
+        else:
+            T, _ = load_mnist("test", data_home=data_home)
+            T = T.reshape(len(T), -1).astype(np.float32) / np.float32(255)
+        XL, XR = da.from_array(X[:, LEFT], chunks=(batch_size * chunk_steps, -1)), \
+            da.from_array(X[:, RIGHT], chunks=(batch_size * chunk_steps, -1))
+        first, every = X[:10_000], 1
+    TL, TR = T[:, LEFT], T[:, RIGHT]
+    curve, t0, scoring, last = [], time.perf_counter(), [0.0], [0]
 
     def score(step, models):
+        if step - last[0] < every and step < steps:
+            return
+        last[0] = step
         start = time.perf_counter()
         fx, fy = models
         u_t, v_t = fx.evaluate(TL), fy.evaluate(TR)
         raw = float(paired_correlations(u_t, v_t)[:k].sum())
-        u, v = fx.evaluate(XL[:10_000]), fy.evaluate(XR[:10_000])
+        u, v = fx.evaluate(first[:, LEFT]), fy.evaluate(first[:, RIGHT])
         mu, mv = u.mean(axis=0), v.mean(axis=0)
         u, v = u - mu, v - mv
         n = len(u)
@@ -72,9 +90,27 @@ def run(preconditioner: str | None, eta0: float, steps: int = 300, jitter: float
     est = KernelCCA(k, solver="dsgd", features=features, n_features=n_features, block_size=block_size,
                     batch_size=batch_size, max_iter=steps, reg=reg, preconditioner=preconditioner,
                     preconditioner_jitter=jitter, eta0=eta0, eta_decay=eta_decay, random_state=0)
-    rows = batch_size * chunk_steps
-    est.fit(da.from_array(XL, chunks=(rows, -1)), da.from_array(XR, chunks=(rows, -1)), callback=score)
+    est.fit(XL, XR, callback=score)
     return curve
+
+
+def store_rows(path, n: int = 10_000):
+    """An MNIST8M-like store's rows as float32 in [0, 1]: training rows (lazy) and ``n`` validation rows.
+
+    Neither holds the ``n`` rows the ``kcca-mnist8m`` comparison holds out (seed 2); the
+    validation rows are drawn with seed 3 from the others.
+    """
+    import dask.array as da
+    import zarr
+
+    X = da.from_zarr(zarr.open_group(str(path), mode="r")["X"])
+    held = np.random.default_rng(2).choice(X.shape[0], n, replace=False)
+    drawn = np.random.default_rng(3).choice(X.shape[0], n + n // 5, replace=False)
+    val = np.sort(np.setdiff1d(drawn, held)[:n])
+    keep = np.ones(X.shape[0], dtype=bool)
+    keep[np.union1d(held, val)] = False
+    X = X.astype(np.float32) / np.float32(255)
+    return X[keep], np.asarray(X[val])
 
 
 def main(argv=None) -> None:
@@ -89,11 +125,12 @@ def main(argv=None) -> None:
     parser.add_argument("--jitter", type=float, default=0.1)
     parser.add_argument("--reg", type=float, default=1e-7)
     parser.add_argument("--validation", action="store_true", help="score on 10,000 held-out training digits")
+    parser.add_argument("--store", default=None, help="train on this MNIST8M-like store, score on its validation rows")
     parser.add_argument("--data-home", default=None)
     args = parser.parse_args(argv)
     run(None if args.preconditioner == "none" else args.preconditioner, args.eta0, args.steps, args.jitter, args.reg,
         n_features=args.n_features, block_size=args.block_size, validation=args.validation, data_home=args.data_home,
-        eta_decay=args.eta_decay, features=args.features)
+        eta_decay=args.eta_decay, features=args.features, store=args.store)
 
 
 if __name__ == "__main__":

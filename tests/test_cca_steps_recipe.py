@@ -171,3 +171,31 @@ def test_loaded_sample_preconditioned_model_refuses_to_continue(halves, tmp_path
     with pytest.raises(ValueError, match="sample"):
         loaded.partial_fit(A, B)
     est.partial_fit(A, B)  # the estimator that holds its sample continues
+
+
+def test_store_validation_rows_leave_out_the_comparisons_held_out_rows(tmp_path):
+    """``mnist_halves_steps.py --store`` never trains on its validation rows nor on kcca-mnist8m's held-out rows."""
+    import zarr
+
+    from pipelines.mnist_halves_steps import store_rows
+
+    n, d, held_n = 500, 784, 40
+    pixels = np.random.default_rng(7).integers(0, 256, size=(n, d), dtype=np.uint8)
+    pixels[:, 0] = np.arange(n) % 256  # first two columns: the row's index
+    pixels[:, 1] = np.arange(n) // 256
+    zarr.open_group(str(tmp_path / "store.zarr"), mode="w").create_array("X", data=pixels, chunks=(64, d))
+    train, val = store_rows(tmp_path / "store.zarr", n=held_n)
+    train = train.compute()
+
+    def index(rows):
+        return np.rint(rows[:, 0] * 255).astype(int) + 256 * np.rint(rows[:, 1] * 255).astype(int)
+
+    held = np.random.default_rng(2).choice(n, held_n, replace=False)  # the comparison's draw
+    seen, checked = index(train), index(val)
+    assert val.shape == (held_n, d)
+    assert train.shape == (n - 2 * held_n, d)
+    assert np.intersect1d(seen, checked).size == 0
+    assert np.intersect1d(seen, held).size == 0
+    assert np.intersect1d(checked, held).size == 0
+    np.testing.assert_array_equal(val, pixels[checked].astype(np.float32) / np.float32(255))
+    np.testing.assert_array_equal(train, pixels[np.sort(seen)].astype(np.float32) / np.float32(255))
