@@ -8,7 +8,7 @@ functions after a linear CCA on 10,000 training rows, on the 10,000 test digits 
 ``--validation``, on 10,000 training digits held out from the other 50,000). With
 ``--store PATH`` (an MNIST8M-like store, ``pipelines/mnist8m_store.py``) the steps draw their
 batches from the whole store instead, less the 10,000 rows that the ``kcca-mnist8m``
-comparison holds out (seed 2) and 10,000 validation rows (seed 3) on which they are scored:
+comparison holds out and 10,000 validation rows on which they are scored:
 how that comparison's step settings are chosen without touching its held-out rows.
 Scoring time is not counted. Prints one line per chunk: ``(steps, raw sum, rotated sum, seconds)``.
 
@@ -34,6 +34,8 @@ import numpy as np
 
 LEFT = np.array([r * 28 + c for r in range(28) for c in range(14)])
 RIGHT = LEFT + 14
+#: Seeds of the store rows ``kcca-mnist8m`` holds out, and of the validation rows of ``--store``.
+HELDOUT_SEED, VALIDATION_SEED = 2, 3
 
 
 def run(preconditioner: str | None, eta0: float, steps: int = 300, jitter: float = 0.1, reg: float = 1e-7,
@@ -94,18 +96,23 @@ def run(preconditioner: str | None, eta0: float, steps: int = 300, jitter: float
     return curve
 
 
+def heldout_rows(n_rows: int, n: int) -> np.ndarray:
+    """The ``n`` rows (sorted) of an ``n_rows``-row store that ``kcca-mnist8m`` scores on and never trains on."""
+    return np.sort(np.random.default_rng(HELDOUT_SEED).choice(n_rows, n, replace=False))
+
+
 def store_rows(path, n: int = 10_000):
     """An MNIST8M-like store's rows as float32 in [0, 1]: training rows (lazy) and ``n`` validation rows.
 
-    Neither holds the ``n`` rows the ``kcca-mnist8m`` comparison holds out (seed 2); the
-    validation rows are drawn with seed 3 from the others.
+    Neither holds the ``n`` rows the ``kcca-mnist8m`` comparison holds out
+    (:func:`heldout_rows`); the validation rows are drawn with ``VALIDATION_SEED`` from the others.
     """
     import dask.array as da
     import zarr
 
     X = da.from_zarr(zarr.open_group(str(path), mode="r")["X"])
-    held = np.random.default_rng(2).choice(X.shape[0], n, replace=False)
-    drawn = np.random.default_rng(3).choice(X.shape[0], n + n // 5, replace=False)
+    held = heldout_rows(X.shape[0], n)
+    drawn = np.random.default_rng(VALIDATION_SEED).choice(X.shape[0], n + n // 5, replace=False)
     val = np.sort(np.setdiff1d(drawn, held)[:n])
     keep = np.ones(X.shape[0], dtype=bool)
     keep[np.union1d(held, val)] = False

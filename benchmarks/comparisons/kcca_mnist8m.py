@@ -164,13 +164,14 @@ def draw(path, passes: dict | None, steps: dict | None, peers: list, curves: dic
 def measure(ctx) -> Report:
     from dsgd_dask import KernelCCA
     from dsgd_dask.metrics import paired_correlations
+    from pipelines.mnist_halves_steps import HELDOUT_SEED, heldout_rows
 
     cfg = ctx.config(FULL, QUICK)
     check_parts(cfg["run"], PARTS)
     k = cfg["k"]
     path = digit_store(ctx)
     X_store, y_store = store_arrays(path)
-    held = np.sort(np.random.default_rng(SEED + 2).choice(X_store.shape[0], cfg["heldout"], replace=False))
+    held = heldout_rows(X_store.shape[0], cfg["heldout"])
     H = np.asarray(X_store[held])
     HL, HR = H[:, LEFT], H[:, RIGHT]
     X, y = training_rows(X_store, y_store, held, cfg["rows"])
@@ -272,7 +273,7 @@ def measure(ctx) -> Report:
                  "heldout_sum": f"top-{k} sum, {len(held):,} held-out store rows", "seconds": "fit (s)",
                  "peak_rss_gib": "fit peak RSS (GiB)", "stopped": "why it stopped there"},
         rows=rows, notes=notes, figure=figure, curves={**curves, "reg_trials": trials},
-        params={**cfg, "n": n, "reg": reg, "heldout_seed": SEED + 2})
+        params={**cfg, "n": n, "reg": reg, "heldout_seed": HELDOUT_SEED})
 
 
 register(Comparison(
