@@ -15,7 +15,7 @@ from dsgd_dask.engine.ridge import (
     AUTO_ALPHA_DECADES,
     AlphaPath,
     BlockJacobi,
-    DualRidgePath,
+    LeaveOneOutPath,
     PrimalRidgePath,
     feature_path,
     held_out_split,
@@ -102,16 +102,25 @@ def test_primal_path_against_a_dense_solve():
     assert relative_score(Y[:, :1], Y[:, :1], np.zeros(1)) == 0.0  # no variance: minus the mean square error
 
 
-def test_dual_path_is_scikit_learns_kernel_ridge():
+def test_leave_one_out_path_is_scikit_learns_kernel_ridge_refitted_without_each_row():
     rng = np.random.default_rng(2)
-    X = rng.normal(size=(250, 3))
-    y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=250)
-    spec = parse_kernel("gaussian", 1.5)
-    path = DualRidgePath(kernel_matrix(spec, X[:200]), kernel_matrix(spec, X[200:], X[:200]), y)
+    X = rng.normal(size=(60, 3))
+    Y = np.column_stack([np.sin(X[:, 0]), X[:, 1] * X[:, 2]]) + 0.1 * rng.normal(size=(60, 2))
+    K = kernel_matrix(parse_kernel("gaussian", 1.5), X)
+    path = LeaveOneOutPath(K, Y)
     for alpha in (1e-6, 1e-3, 1e-1):
-        sk = SkKernelRidge(alpha=alpha * 200, kernel="precomputed").fit(kernel_matrix(spec, X[:200]), y[:200])
-        F = sk.predict(kernel_matrix(spec, X[200:], X[:200]))
-        assert path(alpha) == pytest.approx(1 - np.mean((y[200:] - F) ** 2) / y.var(), abs=1e-8)
+        F = np.empty_like(Y)
+        for i in range(60):
+            rest = np.arange(60) != i
+            # the same penalty alpha n on the n - 1 other rows
+            sk = SkKernelRidge(alpha=alpha * 60, kernel="precomputed").fit(K[np.ix_(rest, rest)], Y[rest])
+            F[i] = sk.predict(K[i:i + 1, rest])[0]
+        ref = np.mean(1 - np.mean((Y - F) ** 2, axis=0) / Y.var(axis=0))
+        # K's condition number is below 1e7 at alpha = 1e-6: the eigendecomposition's and the
+        # 60 Cholesky solves' round-off agree to 1e-8
+        assert path(alpha) == pytest.approx(ref, abs=1e-8)
+    # interpolating rows (alpha 0 on a kernel matrix of full rank) have no leave-one-out fit of their own
+    assert path(0.0) == -np.inf
 
 
 def test_nystroem_path_is_the_passes_objective_in_the_sections_basis():
@@ -148,7 +157,7 @@ def test_nystroem_path_is_the_passes_objective_in_the_sections_basis():
 def test_numeric_alpha_is_bit_for_bit_the_fit_without_selection(problem, solver, monkeypatch):
     X, y, Xt, _ = problem
     # a numeric alpha never reaches the selection ...
-    for name in ("feature_path", "search_alpha", "DualRidgePath", "held_out_split"):
+    for name in ("feature_path", "search_alpha", "LeaveOneOutPath", "held_out_split"):
         monkeypatch.setattr(machines, name, _no_selection)
     numeric = KernelRidge(alpha=3e-4, **_params(solver)).fit(X, y)
     assert numeric.alpha_ == 3e-4

@@ -27,7 +27,8 @@ def _one_step_ridge(X, y, **kw):
 
 def test_one_preconditioned_step_is_the_least_squares_fit_of_the_block():
     # squared loss, eta = 1, the whole data as the batch, coefficients starting at zero: the
-    # step's block gets (C + eps I)^{-1} Z^T y / n, the ridge fit of y by the block, and
+    # step's block gets (C + eps I)^{-1} Z^T (y - b) / n, the ridge fit of y less the intercept
+    # b by the block, and
     # the least-squares fit as the jitter goes to zero
     rng = np.random.default_rng(0)
     X = rng.uniform(-2, 2, size=(300, 8))
@@ -38,7 +39,7 @@ def test_one_preconditioned_step_is_the_least_squares_fit_of_the_block():
         Z = est.model_.features.transform(X, 0, 1)
         C = Z.T @ Z / len(X)
         eps = jitter * np.trace(C) / 64
-        ridge = np.linalg.solve(C + eps * np.eye(64), Z.T @ y / len(X))
+        ridge = np.linalg.solve(C + eps * np.eye(64), Z.T @ (y - est.intercept_) / len(X))
         # the same normal equations by another factorisation: only rounding (cond(C) is about 8)
         np.testing.assert_allclose(est.model_.coef[:, 0], ridge, rtol=1e-10, atol=1e-12 * np.abs(ridge).max())
     est = _one_step_ridge(X, y, bandwidth=1.0, preconditioner_jitter=1e-6)
@@ -49,12 +50,13 @@ def test_one_preconditioned_step_is_the_least_squares_fit_of_the_block():
     C = Z.T @ Z / len(X)
     eps = 1e-6 * np.trace(C) / 64
     # and the least-squares solution itself, to the jitter's relative effect, at most eps / lambda_min
-    ls = np.linalg.lstsq(Z, y, rcond=None)[0]
+    b = est.intercept_
+    ls = np.linalg.lstsq(Z, y - b, rcond=None)[0]
     ev = np.linalg.eigvalsh(C)
     bound = 2 * eps / ev[0]
     assert bound < 1e-4
     assert np.abs(est.model_.coef[:, 0] - ls).max() <= bound * np.abs(ls).max()
-    np.testing.assert_allclose(est.predict(X), Z @ ls, rtol=0, atol=bound * np.abs(Z @ ls).max())
+    np.testing.assert_allclose(est.predict(X) - b, Z @ ls, rtol=0, atol=bound * np.abs(Z @ ls).max())
 
 
 def test_block_moment_is_the_float64_product_and_the_same_on_any_number_of_threads():

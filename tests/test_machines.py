@@ -22,6 +22,17 @@ from dsgd_dask.estimators import machines
 from dsgd_dask.estimators._solvers import RECORD_KEYS
 
 
+def _kernel_ridge(est, X, y, Xt, alpha: float) -> np.ndarray:
+    """The dense reference at ``Xt``: scikit-learn's ``KernelRidge(alpha n)`` on ``y - b``, plus ``b``.
+
+    ``b``: ``est``'s intercept. ``KernelRidge(fit_intercept=True)`` fits ``y - b`` with ``b``
+    the targets' mean on its sample (every row here), and predicts ``f + b``.
+    """
+    b = est.intercept_
+    sk = SkKernelRidge(alpha=alpha * len(X), kernel="precomputed").fit(kernel_matrix(est.kernel_, X), y - b)
+    return sk.predict(kernel_matrix(est.kernel_, Xt, X)) + b
+
+
 def _raising_scheduler(*args, **kwargs):
     raise AssertionError("something was computed")
 
@@ -55,8 +66,7 @@ def test_ridge_converges_to_kernel_ridge(sarcos):
     for steps in (250, 1000):
         est = KernelRidge(alpha=nu, solver="dsgd", max_iter=steps, random_state=0).fit(X, y)
         with threadpool_limits(limits=1, user_api="blas"):  # the dense reference: faster on a busy machine
-            exact = SkKernelRidge(alpha=nu * len(X), kernel="precomputed").fit(kernel_matrix(est.kernel_, X), y)
-            ref = exact.predict(kernel_matrix(est.kernel_, Xt, X))
+            ref = _kernel_ridge(est, X, y, Xt, nu)
         errors.append(np.linalg.norm(est.predict(Xt) - ref) / np.linalg.norm(ref))
     assert errors[1] < 0.5 * errors[0]
     assert errors[1] < 0.06
@@ -72,8 +82,7 @@ def test_ridge_by_passes_equals_kernel_ridge(sarcos, compute_dtype):
     nu = 1e-4
     est = KernelRidge(alpha=nu, solver="cg", block_size=1000, n_features=1000, compute_dtype=compute_dtype,
                           random_state=0).fit(X, y)
-    exact = SkKernelRidge(alpha=nu * len(X), kernel="precomputed").fit(kernel_matrix(est.kernel_, X), y)
-    ref = exact.predict(kernel_matrix(est.kernel_, Xt, X))
+    ref = _kernel_ridge(est, X, y, Xt, nu)
     err = np.linalg.norm(est.predict(Xt) - ref) / np.linalg.norm(ref)
     assert err < (1e-9 if compute_dtype == "float64" else 1e-3)
     # n_iter_ counts the first pass. float64: at most two of conjugate gradients. float32: the
@@ -101,8 +110,7 @@ def test_ridge_by_passes_over_blocks(sarcos):
     res = [c["measure"] for c in est.convergence_]
     assert res[-1] <= est.tol < res[0]
     assert est.n_iter_ <= 3  # the first pass and at most two of conjugate gradients
-    exact = SkKernelRidge(alpha=nu * len(X), kernel="precomputed").fit(kernel_matrix(est.kernel_, X), y)
-    ref = exact.predict(kernel_matrix(est.kernel_, Xt, X))
+    ref = _kernel_ridge(est, X, y, Xt, nu)
     assert np.linalg.norm(est.predict(Xt) - ref) / np.linalg.norm(ref) < 1e-4
     bj = KernelRidge(**params, preconditioner="block").fit(X, y)
     assert np.linalg.norm(bj.predict(Xt) - ref) / np.linalg.norm(ref) < 5e-3
@@ -166,8 +174,8 @@ def test_every_ridge_solver_gives_kernel_ridge(sarcos):
             "dsgd": KernelRidge(**params, solver="dsgd", max_iter=1000).fit(X, y)}
     kernel = fits["exact"].kernel_
     assert all(est.kernel_ == kernel for est in fits.values())  # the same seed: the same bandwidth
-    ref = SkKernelRidge(alpha=nu * len(X), kernel="precomputed").fit(kernel_matrix(kernel, X), y).predict(
-        kernel_matrix(kernel, Xt, X))
+    assert len({est.intercept_ for est in fits.values()}) == 1  # the same sample: the same intercept
+    ref = _kernel_ridge(fits["exact"], X, y, Xt, nu)
     errors = {solver: _relative(est.predict(Xt), ref) for solver, est in fits.items()}
     assert errors["exact"] < 1e-10
     assert errors["cg"] < 1e-6
@@ -193,9 +201,10 @@ def test_ridge_solvers_on_fourier_features_reach_the_dense_ridge(sarcos):
         features = est.model_.features
         J = est.n_features_ // features.block_size
         Z, Zt = (features.transform(A, 0, J).astype(np.float64) for A in (X, Xt))
-        A = np.linalg.solve(Z.T @ Z / len(X) + nu * J * np.eye(Z.shape[1]), Z.T @ y / len(X))
+        b = est.intercept_
+        A = np.linalg.solve(Z.T @ Z / len(X) + nu * J * np.eye(Z.shape[1]), Z.T @ (y - b) / len(X))
         assert est.n_features_ == 1024
-        assert _relative(est.predict(Xt), Zt @ A) < bound, solver
+        assert _relative(est.predict(Xt), Zt @ A + b) < bound, solver
 
 
 def test_exact_ridge(sarcos, tmp_path, monkeypatch):
@@ -209,8 +218,9 @@ def test_exact_ridge(sarcos, tmp_path, monkeypatch):
     assert est.n_iter_ == 1
     assert [list(c) for c in est.convergence_] == [list(RECORD_KEYS)]
     assert est.convergence_[0]["rows"] == len(X)
-    ref = SkKernelRidge(alpha=1e-4 * len(X), kernel="precomputed").fit(kernel_matrix(est.kernel_, X), Y).predict(
-        kernel_matrix(est.kernel_, Xt, X))
+    assert est.intercept_.shape == (2,)
+    np.testing.assert_allclose(est.intercept_, Y.mean(axis=0), rtol=1e-12, atol=1e-12)  # the sample: every row
+    ref = _kernel_ridge(est, X, Y, Xt, 1e-4)
     # float64 sections whatever compute_dtype: round-off of the solve and the sections only
     np.testing.assert_allclose(est.predict(Xt), ref, rtol=0, atol=1e-9 * np.abs(ref).max())
     lazy = est.predict(da.from_array(Xt, chunks=(100, -1)))

@@ -58,6 +58,7 @@ INVALID = {
     "verbose": "loud",
     "random_state": "seed",
     "alpha": -1.0,
+    "fit_intercept": "yes",
     "preconditioner": "jacobi",
     "preconditioner_jitter": 0.0,
     "reg": 0.0,

@@ -641,24 +641,31 @@ def cross_covariances(totals: PassTotals, features: tuple, shifts: tuple) -> Cro
 
 
 def moment_request(features, n_blocks: int, x_cols: slice, y_cols: slice, with_blocks: bool = True,
-                   name: str = "dsgd-ridge-pass") -> PassRequest:
+                   name: str = "dsgd-ridge-pass", sums: bool = False) -> PassRequest:
     """The pass of :func:`ridge_moments`: ``z^T y`` and (``with_blocks``) each block's ``z_b^T z_b``.
 
     Without ``with_blocks`` the cross sums are over the raw features (the rows skip the
-    whitening products), unfolded once by :func:`ridge_moments`.
+    whitening products), unfolded once by :func:`ridge_moments`. ``sums``: ``sum z`` too
+    (for targets shifted by a constant).
     """
     view = PassView(features, n_blocks, cols=x_cols, space="features" if with_blocks else "raw",
-                    blocks=with_blocks, targets=y_cols)
+                    blocks=with_blocks, targets=y_cols, sums=sums)
     return PassRequest((view,), name=name)
 
 
-def ridge_moments(totals: PassTotals, features, with_blocks: bool = True):
-    """``E[z_b z_b^T]`` per block and ``E[z y^T]`` from a :func:`moment_request` (old ``ridge_pass``'s, bit for bit)."""
+def ridge_moments(totals: PassTotals, features, with_blocks: bool = True, target_shift: np.ndarray | None = None):
+    """``E[z_b z_b^T]`` per block and ``E[z (y - target_shift)^T]`` from a :func:`moment_request`.
+
+    Without ``target_shift``, old ``ridge_pass``'s sums bit for bit; with it, the request
+    must have taken ``sum z`` (``sums=True``).
+    """
     from dsgd_dask.engine.ridge import RidgeSums  # ridge builds on this module
 
     t, n = totals.views[0], totals.n
     blocks = t.blocks / n if with_blocks else None
     cross = t.targets / n
+    if target_shift is not None:
+        cross = cross - np.outer(t.sums / n, np.asarray(target_shift, dtype=np.float64))
     if not with_blocks:
         cross = features.unfold(cross)
     return RidgeSums(n, blocks, cross)

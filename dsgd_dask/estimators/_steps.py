@@ -144,7 +144,8 @@ class StepEstimatorMixin(RandomFeatureEstimatorMixin):
             if checkpointer is not None:
                 checkpointer.maybe_save(st)
             if callback is not None:
-                models = [KernelExpansion(features[v], c) for v, c in zip(self._rule.set_views, st.coef, strict=True)]
+                models = [KernelExpansion(features[v], c, self._set_offset(i))
+                          for i, (v, c) in enumerate(zip(self._rule.set_views, st.coef, strict=True))]
                 callback(st.step, models[0] if len(models) == 1 else tuple(models))
 
         def due(step):
@@ -170,6 +171,10 @@ class StepEstimatorMixin(RandomFeatureEstimatorMixin):
             checkpointer.save(self.state_)
         self.n_iter_ = self.state_.step
         self._n_calls = getattr(self, "_n_calls", 0) + 1  # runs of steps: the epoch offset of the next one
+
+    def _set_offset(self, i: int) -> np.ndarray | None:
+        """The offset of function set ``i`` in the callback's raw expansions (``None``: none)."""
+        return None
 
     def _feature_sets(self) -> tuple:
         f = self._features
