@@ -65,6 +65,8 @@ BOTH = ("nystroem", "fourier")
 #: eta0 among 0.05, 0.1 and 0.2 at jitter 0.1 on 10,000 MNIST training digits held out from
 #: the other 50,000 (300 steps, 20,480 cosines): 39.61, 40.05, 36.32; the estimator's
 #: default 0.5 diverged once and stalled at 16 to 26 there.
+#: ``steps_bandwidth``: the steps' bandwidth, a multiple of each view's median distance (1: the
+#: estimator's own median trick).
 #: ``steps_rows``: the steps draw their batches from the store's first ``steps_rows`` rows
 #: (``None``: all of them).
 #: ``heldout``: rows drawn at random (seeded) from the whole store, never trained on, scored
@@ -76,12 +78,14 @@ FULL = {"k": 50, "rows": 240_000, "dsgd_features": 8192, "dsgd_dtype": "float64"
         "reg_grid": (1e-3, 1e-4, 1e-5, 1e-6, 1e-7), "reg_rows": 60_000,
         "steps": (40960, 4096, 1024, 3000), "steps_every": 250, "steps_seconds": 5400.0,
         "steps_preconditioner": "sample", "steps_jitter": 0.6, "steps_eta0": 0.2, "steps_eta_decay": 0.01,
-        "steps_features": "fourier_pairs", "steps_rows": None, "heldout": 10_000, "run": PARTS}
+        "steps_features": "fourier_pairs", "steps_bandwidth": 1.0, "steps_rows": None, "heldout": 10_000,
+        "run": PARTS}
 QUICK = {"k": 5, "rows": 8192, "dsgd_features": 512, "dsgd_dtype": "float64", "dsgd_seconds": 60.0,
          "peers": [(256, 2048, BOTH)], "reg_grid": (1e-3, 1e-5), "reg_rows": 2048,
          "steps": (512, 256, 256, 24), "steps_every": 8, "steps_seconds": 60.0,
          "steps_preconditioner": "sample", "steps_jitter": 0.6, "steps_eta0": 0.2, "steps_eta_decay": 0.01,
-         "steps_features": "fourier_pairs", "steps_rows": None, "heldout": 1024, "run": PARTS}
+         "steps_features": "fourier_pairs", "steps_bandwidth": 1.5, "steps_rows": None, "heldout": 1024,
+         "run": PARTS}
 
 #: Xie, Liang & Song (2015), Table 1: DSGD-KCCA on MNIST8M, 20,480 features, 3000 steps of 1024 rows, scored
 #: on 10,000 rows held out of MNIST8M.
@@ -96,15 +100,23 @@ def fit_steps(XL, XR, cfg: dict, k: int, reg: float, score_of, curves: dict) -> 
 
     n_features, block, batch, steps = cfg["steps"]
     pre, eta0, decay = cfg["steps_preconditioner"], cfg["steps_eta0"], cfg["steps_eta_decay"]
-    kind, jitter = cfg["steps_features"], cfg["steps_jitter"]
+    kind, jitter, scale = cfg["steps_features"], cfg["steps_jitter"], cfg["steps_bandwidth"]
+    bandwidths = {}
+    if scale != 1.0:  # a multiple of each view's median distance on 2000 seeded training rows
+        from dsgd_dask import median_bandwidth
+
+        rows = np.sort(np.random.default_rng(SEED + 4).choice(XL.shape[0], 2000, replace=False))
+        bandwidths = {f"bandwidth_{v}": scale * median_bandwidth(np.asarray(A[rows], dtype=np.float64))
+                      for v, A in (("x", XL), ("y", XR))}
     name = (f'KernelCCA(solver="dsgd", features="{kind}", preconditioner="{pre}", preconditioner_jitter={jitter:g}, '
-            f"eta0={eta0:g}, eta_decay={decay:g}), blocks of {block}, batches of {batch}")
+            f"eta0={eta0:g}, eta_decay={decay:g}), blocks of {block}, batches of {batch}"
+            + (f", bandwidth {scale:g} x the median" if bandwidths else ""))
     # the callback comes once per chunk task (a store chunk's steps)
     every = max(1, round(cfg["steps_every"] * batch / XL.chunks[0][0]))
     budget = Budget(cfg["steps_seconds"], score_of, every=every)
     est = KernelCCA(k, solver="dsgd", features=kind, n_features=n_features, block_size=block, batch_size=batch,
                     max_iter=steps, reg=reg, preconditioner=pre, preconditioner_jitter=jitter, eta0=eta0,
-                    eta_decay=decay, random_state=SEED)
+                    eta_decay=decay, random_state=SEED, **bandwidths)
     with PeakMemory() as mem:
         try:
             est.fit(XL, XR, callback=budget)
