@@ -11,6 +11,10 @@ batches from the whole store instead, less the 10,000 rows that the ``kcca-mnist
 comparison holds out and 10,000 validation rows on which they are scored:
 how that comparison's step settings are chosen without touching its held-out rows.
 Scoring time is not counted. Prints one line per chunk: ``(steps, raw sum, rotated sum, seconds)``.
+``--bandwidth-scale S`` takes ``S`` times each view's median distance (on 2000 seeded training
+rows) as the bandwidth. With ``--store`` and ``--rca M``, instead of the steps, one
+``KernelCCA(solver="rca", features=FEATURES, n_features=M)`` on 60,000 seeded training rows of
+the store, scored on its validation rows (how the steps' bandwidth is chosen).
 
 Examples::
 
@@ -21,6 +25,8 @@ Examples::
     python pipelines/mnist_halves_steps.py --features fourier_pairs --n-features 40960 --block-size 4096 --validation
     python pipelines/mnist_halves_steps.py --features fourier_pairs --n-features 40960 --block-size 4096 \
         --store benchmarks/results/stores/mnist8m_8100000_0.zarr --steps 520 --jitter 0.3
+    python pipelines/mnist_halves_steps.py --features fourier --rca 4096 --bandwidth-scale 1.5 \
+        --store benchmarks/results/stores/mnist8m_8100000_0.zarr
 
 The last two run the paper's 20,480 frequencies in blocks of 2048 as ``[cos, sin]`` pairs.
 """
@@ -41,7 +47,7 @@ HELDOUT_SEED, VALIDATION_SEED = 2, 3
 def run(preconditioner: str | None, eta0: float, steps: int = 300, jitter: float = 0.1, reg: float = 1e-7,
         n_features: int = 20480, block_size: int = 2048, batch_size: int = 1024, chunk_steps: int = 100,
         validation: bool = False, data_home=None, k: int = 50, eta_decay: float = 0.01,
-        features: str = "fourier", store=None) -> list[tuple]:
+        features: str = "fourier", store=None, bandwidth_scale: float = 1.0) -> list[tuple]:
     """The curve ``[(steps, raw sum, rotated sum, seconds), ...]`` of one fit."""
     import dask.array as da
 
@@ -91,9 +97,35 @@ def run(preconditioner: str | None, eta0: float, steps: int = 300, jitter: float
 
     est = KernelCCA(k, solver="dsgd", features=features, n_features=n_features, block_size=block_size,
                     batch_size=batch_size, max_iter=steps, reg=reg, preconditioner=preconditioner,
-                    preconditioner_jitter=jitter, eta0=eta0, eta_decay=eta_decay, random_state=0)
+                    preconditioner_jitter=jitter, eta0=eta0, eta_decay=eta_decay, random_state=0,
+                    **scaled_bandwidths(XL, XR, bandwidth_scale))
     est.fit(XL, XR, callback=score)
     return curve
+
+
+def scaled_bandwidths(XL, XR, scale: float) -> dict:
+    """``bandwidth_x``, ``bandwidth_y``: ``scale`` times each view's median distance on 2000 seeded rows ({} at 1)."""
+    if scale == 1.0:
+        return {}
+    from dsgd_dask import median_bandwidth
+
+    rows = np.sort(np.random.default_rng(4).choice(XL.shape[0], 2000, replace=False))
+    return {f"bandwidth_{v}": scale * median_bandwidth(np.asarray(A[rows], dtype=np.float64))
+            for v, A in (("x", XL), ("y", XR))}
+
+
+def rca_validation(store, features: str, n_features: int, bandwidth_scale: float = 1.0, rows: int = 60_000,
+                   reg: float = 1e-7, k: int = 50) -> float:
+    """Top-``k`` sum on the store's validation rows of ``KernelCCA(solver="rca")`` on ``rows`` seeded training rows."""
+    from dsgd_dask import KernelCCA
+
+    X, V = store_rows(store)
+    S = np.asarray(X[np.sort(np.random.default_rng(7).choice(X.shape[0], rows, replace=False))])
+    SL, SR = S[:, LEFT], S[:, RIGHT]
+    est = KernelCCA(k, solver="rca", features=features, n_features=n_features, reg=reg, random_state=0,
+                    **scaled_bandwidths(SL, SR, bandwidth_scale))
+    est.fit(SL, SR)
+    return est.score(V[:, LEFT], V[:, RIGHT])
 
 
 def heldout_rows(n_rows: int, n: int) -> np.ndarray:
@@ -134,10 +166,17 @@ def main(argv=None) -> None:
     parser.add_argument("--validation", action="store_true", help="score on 10,000 held-out training digits")
     parser.add_argument("--store", default=None, help="train on this MNIST8M-like store, score on its validation rows")
     parser.add_argument("--data-home", default=None)
+    parser.add_argument("--bandwidth-scale", type=float, default=1.0, help="times each view's median distance")
+    parser.add_argument("--rca", type=int, default=0, help="with --store: one solver='rca' fit of this many features")
     args = parser.parse_args(argv)
+    if args.rca:
+        if args.store is None:
+            parser.error("--rca needs --store")
+        print(round(rca_validation(args.store, args.features, args.rca, args.bandwidth_scale), 2))
+        return
     run(None if args.preconditioner == "none" else args.preconditioner, args.eta0, args.steps, args.jitter, args.reg,
         n_features=args.n_features, block_size=args.block_size, validation=args.validation, data_home=args.data_home,
-        eta_decay=args.eta_decay, features=args.features, store=args.store)
+        eta_decay=args.eta_decay, features=args.features, store=args.store, bandwidth_scale=args.bandwidth_scale)
 
 
 if __name__ == "__main__":
