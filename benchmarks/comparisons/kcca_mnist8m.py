@@ -97,17 +97,12 @@ RIGHT = LEFT + 14
 def fit_steps(XL, XR, cfg: dict, k: int, reg: float, score_of, curves: dict) -> dict:
     """``KernelCCA(solver="dsgd")`` at ``cfg["steps"]`` on the store's halves: its row (its curve into ``curves``)."""
     from dsgd_dask import KernelCCA
+    from pipelines.mnist_halves_steps import scaled_bandwidths
 
     n_features, block, batch, steps = cfg["steps"]
     pre, eta0, decay = cfg["steps_preconditioner"], cfg["steps_eta0"], cfg["steps_eta_decay"]
     kind, jitter, scale = cfg["steps_features"], cfg["steps_jitter"], cfg["steps_bandwidth"]
-    bandwidths = {}
-    if scale != 1.0:  # a multiple of each view's median distance on 2000 seeded training rows
-        from dsgd_dask import median_bandwidth
-
-        rows = np.sort(np.random.default_rng(SEED + 4).choice(XL.shape[0], 2000, replace=False))
-        bandwidths = {f"bandwidth_{v}": scale * median_bandwidth(np.asarray(A[rows], dtype=np.float64))
-                      for v, A in (("x", XL), ("y", XR))}
+    bandwidths = scaled_bandwidths(XL, XR, scale)  # {} at 1: the estimator's own median trick
     name = (f'KernelCCA(solver="dsgd", features="{kind}", preconditioner="{pre}", preconditioner_jitter={jitter:g}, '
             f"eta0={eta0:g}, eta_decay={decay:g}), blocks of {block}, batches of {batch}"
             + (f", bandwidth {scale:g} x the median" if bandwidths else ""))
