@@ -320,3 +320,32 @@ def test_joint_blocks_average_to_the_nystroem_kernel_of_all_landmarks(digits):
     np.testing.assert_allclose(K_xL @ C, Z @ A, rtol=0, atol=1e-10 * np.abs(Z @ A).max())
     with pytest.raises(ValueError, match=f"coefficients of all {M} features"):
         joint.fold(A[:m])
+
+
+def test_float64_blocks_near_round_off_stop_with_a_warning():
+    # 256 Gaussian landmarks in the unit square, float64 blocks of 128: each whitening keeps
+    # eigenvalues down to m eps (its entries reach 5e6), so W^T K_LL W carries round-off of
+    # order 1e-3 and the system E[z z^T] + alpha W^T K_LL W is indefinite by about 1e-7 in
+    # directions the data do not reach. The landmark preconditioner's first floor does not hold
+    # that up (the factorisation used to fail); a higher floor does. The conjugate gradients
+    # then meet a direction of non-positive curvature: they stop there with a warning instead of
+    # running every pass without moving. The last iterate fits as well as the block-Jacobi
+    # solve, which matches the exact kernel ridge to 1e-8 here: within 2e-3 of the targets'
+    # range (the stop leaves a relative residual of 3e-5; measured 3e-4 of the range).
+    rng = np.random.default_rng(0)
+    X, Xt = rng.uniform(size=(800, 2)), rng.uniform(size=(400, 2))
+    y = np.sin(6 * X[:, 0]) + X[:, 1]
+    params = {"alpha": 1e-4, "solver": "cg", "compute_dtype": "float64", "n_features": 256, "block_size": 128,
+              "random_state": 0}
+    with pytest.warns(RuntimeWarning, match="not positive definite to round-off"):
+        est = KernelRidge(preconditioner="landmarks", **params).fit(X, y)
+    assert est.n_iter_ < 20
+    assert est.convergence_[-1]["indefinite"] is True
+    feats = est.model_.features
+    pre = LandmarkPreconditioner(feats, 2, 1e-4, rkhs=True)
+    first = 256 * np.finfo(np.float64).eps * float(np.trace(landmark_moment(feats, 2)))
+    assert pre.floor > 100 * first
+    exact = KernelRidge(alpha=1e-4, solver="exact", compute_dtype="float64").fit(X, y).predict(Xt)
+    np.testing.assert_allclose(KernelRidge(preconditioner="block", **params).fit(X, y).predict(Xt), exact,
+                               rtol=0, atol=1e-6 * np.ptp(y))
+    np.testing.assert_allclose(est.predict(Xt), exact, rtol=0, atol=2e-3 * np.ptp(y))

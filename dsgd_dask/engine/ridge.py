@@ -36,6 +36,7 @@ passes penalise.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -289,6 +290,14 @@ class RKHSPenalty:
         return out
 
 
+#: Factorisations :class:`LandmarkPreconditioner` tries, each with a floor 100 times the last's
+#: (and at least :data:`RETRY_FLOOR` times the mean diagonal after the first); each recomputes
+#: the moment, the Cholesky factor having overwritten it.
+FACTOR_ATTEMPTS = 6
+#: The floor of the second factorisation, relative to the factored matrix's mean diagonal.
+RETRY_FLOOR = 1e-12
+
+
 class LandmarkPreconditioner:
     """The preconditioner ``(W^T K_LL^2 W / M + alpha I)^{-1}`` of Nyström features, one Cholesky factor.
 
@@ -300,7 +309,10 @@ class LandmarkPreconditioner:
     features' ``eps`` when the moment is computed in float32. Where the landmarks' moment
     is near zero only that floor and the penalty hold the factor up, so the floor also
     changes how fast the conjugate gradients converge there (faster or slower per pass:
-    the README's MNIST results show both).
+    the README's MNIST results show both). Where the factorisation still fails (float64
+    blocks whose whitening keeps directions of eigenvalue near ``m eps``: the Gram matrix
+    ``W^T K_LL W`` then carries round-off of order one), it is made again with a higher
+    floor (:data:`FACTOR_ATTEMPTS`); :attr:`floor` is the one that held.
 
     With ``rkhs=True`` the penalty is the RKHS norm of the function instead of the
     coefficients' norm: the factor is of ``W^T K_LL^2 W / M + alpha W^T K_LL W + ridge W^T W``
@@ -315,7 +327,7 @@ class LandmarkPreconditioner:
         floor = None
         M = n_blocks * features.block_size
         m = features.block_size
-        for _ in range(3):
+        for _ in range(FACTOR_ATTEMPTS):
             C = landmark_moment(features, n_blocks)
             diag = C.reshape(-1)[::M + 1]  # a view
             if floor is None:
@@ -332,18 +344,20 @@ class LandmarkPreconditioner:
                         C[i * m:(i + 1) * m, j * m:(j + 1) * m] += alpha * self.gram.tile(i, j)
                     N = features.normalization[i]
                     C[i * m:(i + 1) * m, i * m:(i + 1) * m] += ridge * (N.T @ N)
+            mean_diagonal = float(diag.sum()) / M
             try:
                 # the C-ordered upper triangle is the lower one of the Fortran-ordered
                 # transpose: LAPACK factors it in place, and leaves the other triangle (the Gram tiles) alone
                 with one_blas_thread():
                     self.factor = cho_factor(C.T, lower=True, overwrite_a=True, check_finite=False)
                 break
-            except np.linalg.LinAlgError:  # pragma: no cover - round-off beyond the floor
+            except np.linalg.LinAlgError:  # round-off beyond the floor: a floor at least 100 times higher
                 self.gram = None
                 del C, diag
-                floor *= 100
+                floor = max(100 * floor, RETRY_FLOOR * mean_diagonal)
         else:  # pragma: no cover
-            raise np.linalg.LinAlgError("the landmark preconditioner is not positive definite")
+            raise np.linalg.LinAlgError(f"the landmark preconditioner is not positive definite, even with a floor of "
+                                        f"{floor / 100:.3g} under it; use preconditioner='block'")
         self.floor = floor
         self.penalty = RKHSPenalty(features, n_blocks, alpha, ridge, self.gram, floor) if rkhs else None
 
@@ -366,8 +380,12 @@ class CGState:
         z = precondition(b)
         return cls(np.zeros_like(b), b.copy(), z, np.einsum("ij,ij->j", b, z))
 
-    def advance(self, Ap: np.ndarray, precondition) -> None:
-        """One step, given ``Ap`` (the system matrix times the directions) from a pass."""
+    def advance(self, Ap: np.ndarray, precondition) -> np.ndarray:
+        """One step, given ``Ap`` (the system matrix times the directions) from a pass.
+
+        Returns, per right-hand side, whether ``p^T A p <= 0`` while ``r^T P r > 0``: the
+        system is not positive definite along ``p``, and that column did not move.
+        """
         pAp = np.einsum("ij,ij->j", self.p, Ap)
         step = np.divide(self.rz, pAp, out=np.zeros_like(self.rz), where=pAp > 0)
         self.x += self.p * step
@@ -376,7 +394,9 @@ class CGState:
         rz = np.einsum("ij,ij->j", self.r, z)
         beta = np.divide(rz, self.rz, out=np.zeros_like(rz), where=self.rz > 0)
         self.p = z + self.p * beta
+        lost = (pAp <= 0) & (self.rz > 0)
         self.rz = rz
+        return lost
 
     def relative_residual(self, b: np.ndarray) -> float:
         """The largest ``|r_j| / |b_j|`` over the right-hand sides."""
@@ -614,14 +634,24 @@ class CGSolver:
             precondition, penalty = self.system(state.get("blocks"))
             Ap = covariance_times(totals, self.features, p, self.shift, False).cov_times
             cg = CGState(x.copy(order="K"), r.copy(order="K"), p, state["rz"].copy())
-            cg.advance(Ap + penalty(cg.p), precondition)
+            lost = cg.advance(Ap + penalty(cg.p), precondition)
             kept = {"blocks": state["blocks"]} if "blocks" in state else {}
         new = {"b": b, **kept, "x": cg.x, "r": cg.r, "p": cg.p, "rz": cg.rz}
         new["fortran"] = np.array([_fortran(new[k]) for k in _LAID_OUT])
-        return Update(new, cg.relative_residual(b))
+        measure = cg.relative_residual(b)
+        if "b" in state and lost.any():
+            warnings.warn(f"conjugate gradients stop at a relative residual of {measure:.3g}: the system is not "
+                          f"positive definite to round-off along the search direction of output(s) "
+                          f"{np.flatnonzero(lost).tolist()}, and no step can go on; the model is the last iterate. "
+                          "The RKHS penalty of Nyström blocks whose whitenings keep eigenvalues near the "
+                          "features' round-off (many landmarks on inputs of few dimensions) has round-off of "
+                          "its own; fewer features avoid it", RuntimeWarning, stacklevel=2)
+            return Update(new, measure, extra={"indefinite": True})
+        return Update(new, measure)
 
     def done(self, record: dict) -> bool:
-        return record["measure"] <= self.tol
+        """Once the measure is at most ``tol``, or the system lost its curvature (no step moves the iterate)."""
+        return record["measure"] <= self.tol or bool(record.get("indefinite", False))
 
     def model(self, state: dict) -> KernelExpansion:
         """What the callback gets: the current function (zero after the first pass; plus the intercept)."""

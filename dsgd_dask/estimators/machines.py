@@ -721,7 +721,9 @@ class KernelRidge(RegressorMixin, _KernelMachine):
         {CG_MAX_PASSES}, the first and 100 of conjugate gradients); ``"exact"`` ignores it.
     tol : float, default=1e-6
         ``solver="cg"``: stop once every output's residual ``|b - (E[z z^T] + alpha P) a|``
-        (``P`` the penalty's matrix) is below ``tol |b|``.
+        (``P`` the penalty's matrix) is below ``tol |b|``; or, with a ``RuntimeWarning``,
+        where round-off leaves the system without curvature along the search direction
+        (no step moves the solution; the record of that pass has ``indefinite=True``).
     preconditioner : {{"auto", "block", "landmarks"}}, default="auto"
         ``solver="dsgd"``: ``"block"`` preconditions every step by the inverse of its
         block's second moment on the batch (Dai et al.'s own code: at ``eta = 1``, the
