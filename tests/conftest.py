@@ -43,6 +43,24 @@ def s3_server():
                 os.environ[k] = v
 
 
+#: What a ``distributed`` nanny sets in the environment of the process that starts it (its
+#: ``pre-spawn-environ``) and leaves there: without a restore, a subprocess started by a later
+#: test (the command line) would run with one BLAS thread, whatever ran before it.
+NANNY_ENVIRON = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MALLOC_TRIM_THRESHOLD_")
+_ENVIRON_AT_START = {k: os.environ.get(k) for k in NANNY_ENVIRON}
+
+
+@pytest.fixture(autouse=True)
+def _environment_as_at_start():
+    """After every test, those variables as they were when the session started."""
+    yield
+    for k, v in _ENVIRON_AT_START.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 def worker_cluster(n_workers: int):
     """A new ``distributed.LocalCluster`` of ``n_workers`` worker processes, one thread each, no dashboard."""
     from distributed import LocalCluster

@@ -15,6 +15,9 @@ from dsgd_dask.rules.sir import sliced_directions_low_rank
 from dsgd_dask.rules.solutions import sliced_directions
 
 K = 4
+#: Slices of the solvers compared on one problem: the steps at their default batch of 256 rows
+#: take 10 (``n_slices="auto"``), so every solver here does.
+SLICES = 10
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +31,7 @@ def sarcos():
 @pytest.fixture(scope="module")
 def exact(sarcos):
     X, Y = sarcos
-    return KernelSIR(K, solver="exact", reg=1e-3, random_state=0).fit(X, Y[:, 0])
+    return KernelSIR(K, n_slices=SLICES, solver="exact", reg=1e-3, random_state=0).fit(X, Y[:, 0])
 
 
 def _refuse(*args, **kwargs):
@@ -72,7 +75,8 @@ def test_dsgd_reaches_the_exact_subspace(sarcos, exact):
     # With a batch of every row the step's statistics are the exact ones and the steps converge
     # to the exact solution: observed sin^2 2e-9 and eigenvalues within 4e-6 after 100 steps
     # (the float32 features' round-off); bounds 1e-6 and 1e-4.
-    full = KernelSIR(K, batch_size=600, max_iter=100, solver="dsgd", reg=1e-3, random_state=0).fit(X, Y[:, 0])
+    full = KernelSIR(K, n_slices=SLICES, batch_size=600, max_iter=100, solver="dsgd", reg=1e-3,
+                     random_state=0).fit(X, Y[:, 0])
     assert (full.solver_, full.n_features_, full.n_iter_) == ("dsgd", 600, 100)
     assert principal_angle_sin2(full.transform(X), Fe) < 1e-6
     np.testing.assert_allclose(full.eigenvalues_, exact.eigenvalues_, rtol=0, atol=1e-4)
@@ -80,10 +84,10 @@ def test_dsgd_reaches_the_exact_subspace(sarcos, exact):
     # per slice, and products of the batch's statistics, bias the steps' estimates at order
     # n_slices / batch_size; more steps do not remove it (observed sin^2 5.3e-4 after 500 steps,
     # 7e-4 after 2000; eigenvalues within 1.3e-4). Bounds 5e-3 and 2e-3.
-    est = KernelSIR(K, reg=1e-3, solver="dsgd", random_state=0).fit(X, Y[:, 0])
+    est = KernelSIR(K, n_slices=SLICES, reg=1e-3, solver="dsgd", random_state=0).fit(X, Y[:, 0])
     assert est.solver_ == "dsgd"
     # "auto" solves these 600 rows densely: the exact solution itself
-    auto = KernelSIR(K, reg=1e-3, random_state=0).fit(X, Y[:, 0])
+    auto = KernelSIR(K, n_slices=SLICES, reg=1e-3, random_state=0).fit(X, Y[:, 0])
     assert auto.solver_ == "exact"
     np.testing.assert_array_equal(auto.transform(X), exact.transform(X))
     assert principal_angle_sin2(est.transform(X), Fe) < 5e-3
@@ -99,8 +103,8 @@ def test_fourier_solvers_share_their_destination(sarcos, exact):
     # problem on them exactly, the steps approach it within their noise (observed sin^2 4.8e-4,
     # eigenvalues within 1.1e-4 of rca; bounds 5e-3 and 2e-3, as for Nyström above).
     params = dict(features="fourier", n_features=256, reg=1e-3, random_state=0)
-    rca = KernelSIR(K, solver="rca", **params).fit(X, Y[:, 0])
-    dsgd = KernelSIR(K, solver="dsgd", **params).fit(X, Y[:, 0])
+    rca = KernelSIR(K, n_slices=SLICES, solver="rca", **params).fit(X, Y[:, 0])
+    dsgd = KernelSIR(K, n_slices=SLICES, solver="dsgd", **params).fit(X, Y[:, 0])
     assert rca.model_.features.to_dict() == dsgd.model_.features.to_dict()
     assert rca.n_features_ == dsgd.n_features_ == 256
     assert principal_angle_sin2(dsgd.transform(X), rca.transform(X)) < 5e-3
@@ -112,7 +116,8 @@ def test_fourier_solvers_share_their_destination(sarcos, exact):
     # Against the exact solution, the Monte Carlo error of the random features: with 2048
     # features observed sin^2 6e-3 to 1e-2 and eigenvalues within 5e-3 to 1e-2 over four
     # seeds (the kernel's error falls as 1 / sqrt(n_features)); bounds 0.03 and 0.03.
-    big = KernelSIR(K, solver="rca", features="fourier", n_features=2048, reg=1e-3, random_state=0).fit(X, Y[:, 0])
+    big = KernelSIR(K, n_slices=SLICES, solver="rca", features="fourier", n_features=2048, reg=1e-3,
+                    random_state=0).fit(X, Y[:, 0])
     assert principal_angle_sin2(big.transform(X), Fe) < 0.03
     np.testing.assert_allclose(big.eigenvalues_, exact.eigenvalues_, rtol=0, atol=0.03)
 
@@ -232,3 +237,20 @@ def test_models_of_every_solver_save_and_load(sarcos, tmp_path, solver, features
     np.testing.assert_array_equal(back.slicer_.assign(Y[:, 0]), est.slicer_.assign(Y[:, 0]))
     with pytest.raises(ValueError, match="keeps no step state"):
         back.set_params(solver="auto").partial_fit(X, Y[:, 0])
+
+
+def test_auto_slices_follow_the_rows_of_the_means(sarcos):
+    # one slice per 25 rows a slice mean is taken over, from 10 to 200: all 600 rows for the
+    # dense solve and the one pass, a batch for the steps
+    from dsgd_dask.estimators.sir import auto_slices
+
+    assert [auto_slices(n) for n in (5, 256, 600, 4500, 5000, 10**7)] == [10, 10, 24, 180, 200, 200]
+    X, Y = sarcos
+    y = Y[:, 0]
+    assert KernelSIR(2, solver="exact", reg=1e-3, random_state=0).fit(X, y).slicer_.n_slices == 24
+    assert KernelSIR(2, solver="rca", n_features=128, reg=1e-3, random_state=0).fit(X, y).slicer_.n_slices == 24
+    steps = KernelSIR(2, solver="dsgd", n_features=128, max_iter=2, reg=1e-3, random_state=0)
+    assert steps.fit(X, y).slicer_.n_slices == 10
+    assert steps.set_params(batch_size=1000).fit(X, y).slicer_.n_slices == 24  # a batch of every row
+    # a number is used as given
+    assert KernelSIR(2, n_slices=7, solver="exact", reg=1e-3, random_state=0).fit(X, y).slicer_.n_slices == 7

@@ -396,7 +396,8 @@ def test_bad_two_view_input_fails_before_work(halves, sarcos, tmp_path):
     with pytest.raises(ValueError, match="NaN or infinity in Y"):
         KernelCCA(2).fit(A, B_bad)
     with pytest.raises(ValueError, match="n_slices=10 must be <= n_samples=5"):
-        KernelSIR(2).fit(X[:5], y[:5, 0])
+        KernelSIR(2, n_slices=10).fit(X[:5], y[:5, 0])
+    assert KernelSIR(2).fit(X[:5], y[:5, 0]).slicer_.n_slices == 5  # "auto": at most one slice per row
     with pytest.raises(ValueError, match="n_components=5 must be <= n_slices - 1 = 4"):
         KernelSIR(5, n_slices=5).fit(X, y[:, 0])
     with pytest.raises(ValueError, match="y gives only 3 slices"):
