@@ -262,8 +262,9 @@ def test_iterative_auto_is_the_numeric_fit_at_the_chosen_ridge():
     assert np.array_equal(auto.models_[0].coef, fixed.models_[0].coef)
     assert np.array_equal(auto.correlations_, fixed.correlations_)
     X, y = _regression(600)
-    auto = KernelSIR(n_components=2, n_features=256, max_iter=60, random_state=0).fit(X, y)  # dsgd
-    fixed = KernelSIR(n_components=2, n_features=256, max_iter=60, reg=auto.reg_, random_state=0).fit(X, y)
+    auto = KernelSIR(n_components=2, solver="dsgd", n_features=256, max_iter=60, random_state=0).fit(X, y)
+    fixed = KernelSIR(n_components=2, solver="dsgd", n_features=256, max_iter=60, reg=auto.reg_,
+                      random_state=0).fit(X, y)
     assert np.array_equal(auto.models_[0].coef, fixed.models_[0].coef)
 
 

@@ -254,3 +254,17 @@ def test_auto_slices_follow_the_rows_of_the_means(sarcos):
     assert steps.set_params(batch_size=1000).fit(X, y).slicer_.n_slices == 24  # a batch of every row
     # a number is used as given
     assert KernelSIR(2, n_slices=7, solver="exact", reg=1e-3, random_state=0).fit(X, y).slicer_.n_slices == 7
+
+
+def test_auto_solver_beyond_the_dense_size(sarcos, tmp_path, monkeypatch):
+    # beyond the dense solve's rows: one pass of moments while they fit, the steps beyond them
+    # or with a checkpoint (which only the steps write)
+    from dsgd_dask.estimators import sir as sir_module
+
+    X, Y = sarcos
+    monkeypatch.setattr(sir_module, "AUTO_EXACT_ROWS", 500)
+    assert KernelSIR(2, reg=1e-3, random_state=0).fit(X, Y[:, 0]).solver_ == "rca"
+    steps = KernelSIR(2, reg=1e-3, max_iter=2, checkpoint=tmp_path / "ckpt.zarr", random_state=0)
+    assert steps.fit(X, Y[:, 0]).solver_ == "dsgd"
+    monkeypatch.setattr(sir_module, "AUTO_RCA_FEATURES", 256)
+    assert KernelSIR(2, reg=1e-3, max_iter=2, random_state=0).fit(X, Y[:, 0]).solver_ == "dsgd"

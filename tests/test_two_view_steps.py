@@ -153,7 +153,7 @@ def test_ksir_matches_exact_kernel_sir(sarcos):
 
 def test_ksir_on_a_multi_output_response(sarcos):
     X, y = sarcos
-    est = KernelSIR(3, n_slices=8, n_features=512, max_iter=200, random_state=0).fit(X, y[:, :3])
+    est = KernelSIR(3, n_slices=8, solver="dsgd", n_features=512, max_iter=200, random_state=0).fit(X, y[:, :3])
     assert est.slicer_.kind == "kmeans"
     exact = KernelSIR(3, solver="exact", bandwidth=est.bandwidth_, reg=est.reg, n_slices=8, random_state=0)
     exact.fit(X, y[:, :3])
@@ -169,7 +169,7 @@ SMALL = dict(n_features=256, block_size=64, batch_size=64, max_iter=40, random_s
 @pytest.mark.parametrize("make", [
     lambda: KernelCCA(3, **SMALL, features="fourier"),
     lambda: KernelSVD(3, **SMALL, features="fourier"),
-    lambda: KernelSIR(3, **SMALL, features="fourier"),
+    lambda: KernelSIR(3, **SMALL, features="fourier", solver="dsgd"),
 ])
 def test_partial_sums_equal_the_step_on_the_union(halves, sarcos, make):
     """Each rule's sums over parts of a batch reduce to the step on the whole batch (to round-off)."""
@@ -320,7 +320,7 @@ def test_saved_models_load_and_transform_identically(halves, sarcos, tmp_path):
     X, y = sarcos
     cca = KernelCCA(2, **SMALL).fit(A, B)
     svd = KernelSVD(2, **SMALL, features="fourier").fit(A, B)
-    sir = KernelSIR(2, **SMALL).fit(X, y[:, :2])
+    sir = KernelSIR(2, **SMALL, solver="dsgd").fit(X, y[:, :2])
     for i, est in enumerate((cca, svd)):
         back = load(est.save(tmp_path / f"m{i}.zarr"))
         assert type(back) is type(est)
