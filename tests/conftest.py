@@ -36,11 +36,16 @@ def s3_server():
         yield {"endpoint_url": f"http://{host}:{port}", "key": "testing", "secret": "testing"}
     finally:
         server.stop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        restore_environ(saved)
+
+
+def restore_environ(saved: dict) -> None:
+    """Set the environment variables of ``saved`` back to its values (``None``: unset)."""
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 #: What a ``distributed`` nanny sets in the environment of the process that starts it (its
@@ -54,11 +59,7 @@ _ENVIRON_AT_START = {k: os.environ.get(k) for k in NANNY_ENVIRON}
 def _environment_as_at_start():
     """After every test, those variables as they were when the session started."""
     yield
-    for k, v in _ENVIRON_AT_START.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    restore_environ(_ENVIRON_AT_START)
 
 
 def worker_cluster(n_workers: int):

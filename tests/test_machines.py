@@ -321,7 +321,8 @@ def test_jointly_whitened_steps_have_a_limit(sarcos, monkeypatch):
     with pytest.raises(ValueError, match="at most 256 features in several blocks, got 512; use n_features <= 256"):
         KernelRidge(solver="dsgd", n_features=512, block_size=128).fit(X, y)
     two_views = (X, X[:, :3])
-    for est, args in ((KernelCCA(2, solver="dsgd"), two_views), (KernelSVD(2), two_views), (KernelSIR(2), (X, y))):
+    for est, args in ((KernelCCA(2, solver="dsgd"), two_views), (KernelSVD(2), two_views),
+                      (KernelSIR(2, solver="dsgd"), (X, y))):
         with pytest.raises(ValueError, match="at most 256 features in several blocks, got 512"):
             est.set_params(n_features=512, block_size=128).fit(*args)
     with pytest.raises(ValueError, match="at most 256 features, got 512"):

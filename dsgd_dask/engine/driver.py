@@ -28,11 +28,12 @@ import time
 import uuid
 import warnings
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import dask
 import numpy as np
+from dask.graph_manipulation import clone
 
 from dsgd_dask._threads import one_blas_thread
 from dsgd_dask.engine.checkpoint import PassCheckpoint
@@ -151,11 +152,17 @@ class _FeatureKeys:
 
 
 def _reduce(view: DataView, request: PassRequest, keys: _FeatureKeys, index: int) -> PassTotals:
-    """One pass; on a cluster, run again (with new task names) when it loses a worker, up to ``MAX_REPLAYS`` times."""
+    """One pass; on a cluster, run again (with new task names) when it loses a worker, up to ``MAX_REPLAYS`` times.
+
+    A pass run again also reads its rows under new names (:func:`dask.graph_manipulation.clone`):
+    the scheduler may still hold the input tasks that failed with the worker, and would
+    answer their old names with the same error.
+    """
     lost = _lost_errors() if keys.client is not None else ()
     for attempt in range(MAX_REPLAYS + 1):
+        rows = view if attempt == 0 else replace(view, data=clone(view.data, seed=f"dsgd-replay-{index}-{attempt}"))
         try:
-            return reduce_pass(view, request, keys, salt=f"{index}-{attempt}")
+            return reduce_pass(rows, request, keys, salt=f"{index}-{attempt}")
         except lost as err:
             if attempt == MAX_REPLAYS:
                 raise

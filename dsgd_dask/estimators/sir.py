@@ -45,7 +45,7 @@ from dsgd_dask.streams.slices import Slicer
 #: The arrays that define a fitted :class:`Slicer`, saved with the model.
 SLICER_FIELDS = ("values", "edges", "centroids", "mean", "scale")
 #: ``solver="auto"`` in :meth:`KernelSIR.fit`: the dense solve up to this many rows (an
-#: ``n x n`` eigendecomposition), the steps beyond.
+#: ``n x n`` eigendecomposition), one pass of moments or the steps beyond.
 AUTO_EXACT_ROWS = 5000
 #: ``solver="auto"`` beyond :data:`AUTO_EXACT_ROWS`: one pass of moments (``"rca"``) up to this
 #: many features (their float64 moments twice while ``reg="auto"`` chooses: 1 GiB), the steps beyond.
@@ -259,8 +259,8 @@ class KernelSIR(ChosenRidge, ClassNamePrefixFeaturesOutMixin, TransformerMixin, 
         regularised variance of ``f_i(x)`` explained by the slice means (``"dsgd"``: on
         the fit sample of 10,000 rows; ``"rca"``, ``"exact"``: on all rows).
     slicer_ : Slicer
-        The slices of ``y`` (``slicer_.n_slices`` of them: fewer than ``n_slices`` when ``y`` has
-        fewer distinct values or ties).
+        The slices of ``y`` (``slicer_.n_slices`` of them: fewer than asked for when ``y`` has
+        fewer distinct values, or ties).
     reg_ : float
         The ridge of the fit: ``reg``, or the value ``reg="auto"`` chose.
     reg_grid_ : ndarray of shape (n_reg,)
