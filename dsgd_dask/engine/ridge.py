@@ -327,6 +327,7 @@ class LandmarkPreconditioner:
         floor = None
         M = n_blocks * features.block_size
         m = features.block_size
+        tried = None
         for _ in range(FACTOR_ATTEMPTS):
             C = landmark_moment(features, n_blocks)
             diag = C.reshape(-1)[::M + 1]  # a view
@@ -354,10 +355,10 @@ class LandmarkPreconditioner:
             except np.linalg.LinAlgError:  # round-off beyond the floor: a floor at least 100 times higher
                 self.gram = None
                 del C, diag
-                floor = max(100 * floor, RETRY_FLOOR * mean_diagonal)
+                tried, floor = floor, max(100 * floor, RETRY_FLOOR * mean_diagonal)
         else:  # pragma: no cover
             raise np.linalg.LinAlgError(f"the landmark preconditioner is not positive definite, even with a floor of "
-                                        f"{floor / 100:.3g} under it; use preconditioner='block'")
+                                        f"{tried:.3g} under it; use preconditioner='block'")
         self.floor = floor
         self.penalty = RKHSPenalty(features, n_blocks, alpha, ridge, self.gram, floor) if rkhs else None
 
@@ -628,6 +629,7 @@ class CGSolver:
             b = sums.cross
             precondition, _ = self.system(sums.blocks)
             cg = CGState.start(b, precondition)
+            lost = np.zeros(b.shape[1], dtype=bool)  # no step yet
             kept = {"blocks": sums.blocks} if self._blocks() else {}
         else:
             b, x, r, p = _in_layout(state)
@@ -639,7 +641,7 @@ class CGSolver:
         new = {"b": b, **kept, "x": cg.x, "r": cg.r, "p": cg.p, "rz": cg.rz}
         new["fortran"] = np.array([_fortran(new[k]) for k in _LAID_OUT])
         measure = cg.relative_residual(b)
-        if "b" in state and lost.any():
+        if lost.any():
             warnings.warn(f"conjugate gradients stop at a relative residual of {measure:.3g}: the system is not "
                           f"positive definite to round-off along the search direction of output(s) "
                           f"{np.flatnonzero(lost).tolist()}, and no step can go on; the model is the last iterate. "
