@@ -329,9 +329,12 @@ def test_float64_blocks_near_round_off_stop_with_a_warning():
     # directions the data do not reach. The landmark preconditioner's first floor does not hold
     # that up (the factorisation used to fail); a higher floor does. The conjugate gradients
     # then meet a direction of non-positive curvature: they stop there with a warning instead of
-    # running every pass without moving. The last iterate fits as well as the block-Jacobi
-    # solve, which matches the exact kernel ridge to 1e-8 here: within 2e-3 of the targets'
-    # range (the stop leaves a relative residual of 3e-5; measured 3e-4 of the range).
+    # running every pass without moving. Where they stop depends on the BLAS kernels' rounding
+    # (measured: after 9 passes at a relative residual of 1.5e-4 with OpenBLAS's SkylakeX
+    # kernels, after 6 at 9e-4 with OPENBLAS_CORETYPE=Haswell). The last iterate is then within
+    # 5e-3 of the targets' range of the exact kernel ridge (measured 2.8e-4 and 2.0e-3), which
+    # the block-Jacobi solve matches to 1e-8 here, and its R² on the training rows within 1e-4
+    # of the exact one's (measured 1e-6 and 6e-6).
     rng = np.random.default_rng(0)
     X, Xt = rng.uniform(size=(800, 2)), rng.uniform(size=(400, 2))
     y = np.sin(6 * X[:, 0]) + X[:, 1]
@@ -345,7 +348,9 @@ def test_float64_blocks_near_round_off_stop_with_a_warning():
     pre = LandmarkPreconditioner(feats, 2, 1e-4, rkhs=True)
     first = 256 * np.finfo(np.float64).eps * float(np.trace(landmark_moment(feats, 2)))
     assert pre.floor > 100 * first
-    exact = KernelRidge(alpha=1e-4, solver="exact", compute_dtype="float64").fit(X, y).predict(Xt)
+    dense = KernelRidge(alpha=1e-4, solver="exact", compute_dtype="float64").fit(X, y)
+    exact = dense.predict(Xt)
     np.testing.assert_allclose(KernelRidge(preconditioner="block", **params).fit(X, y).predict(Xt), exact,
                                rtol=0, atol=1e-6 * np.ptp(y))
-    np.testing.assert_allclose(est.predict(Xt), exact, rtol=0, atol=2e-3 * np.ptp(y))
+    np.testing.assert_allclose(est.predict(Xt), exact, rtol=0, atol=5e-3 * np.ptp(y))
+    assert abs(est.score(X, y) - dense.score(X, y)) < 1e-4
