@@ -139,3 +139,15 @@ def test_sampled_stages_and_passes_on_local_cluster(staged_store, local_clusters
 
 # -- two views: KernelCCA(solver="lobpcg") and the rca solvers of KernelCCA and KernelSIR on a cluster, with a
 # worker killed during a pass: tests/test_pass_solvers.py (one LocalCluster for every pass solver)
+
+
+def test_a_replayed_chunk_reads_the_same_rows_under_new_names(store):
+    from types import SimpleNamespace
+
+    from dsgd_dask.engine.distributed import _chunk
+
+    view = SimpleNamespace(data=da.from_zarr(store))
+    first, again = _chunk(view, 3, 0), _chunk(view, 3, 1)
+    assert first.name == view.data.blocks[3].name
+    assert again.name != first.name and not set(again.__dask_graph__()) & set(first.__dask_graph__())
+    np.testing.assert_array_equal(again.compute(scheduler="sync"), first.compute(scheduler="sync"))

@@ -48,6 +48,7 @@ INVALID = {
     "n_partitions": 1.5,
     "eta0": 0.0,
     "eta_decay": -0.1,
+    "average": -1,
     "init": "zeros",
     "center": "yes",
     "ordered": 1,

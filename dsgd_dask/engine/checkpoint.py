@@ -156,7 +156,8 @@ class Checkpointer:
             coef = (arrays.pop("coef"),)
         else:
             coef = tuple(arrays.pop(f"coef_{i}") for i in range(n_sets))
-        state = StepState(coef, int(attrs["step"]), float(attrs["eta_scale"]))
+        mean = tuple(arrays.pop(f"mean_{i}") for i in range(n_sets)) if "mean_0" in arrays else ()
+        state = StepState(coef, int(attrs["step"]), float(attrs["eta_scale"]), mean, int(attrs.get("n_mean", 0)))
         self.extra = arrays
         self._last = state.step
         return int(attrs["seed"]), state
@@ -164,10 +165,11 @@ class Checkpointer:
     def save(self, state: StepState, extra: dict | None = None) -> None:
         """Write ``state`` (and ``extra`` arrays, returned in :attr:`extra` on resume)."""
         attrs = {**_identity(self.fingerprint, self.parameters, self.inputs), "seed": self.seed, "step": state.step,
-                 "eta_scale": state.eta_scale, "n_sets": len(state.coef)}
+                 "eta_scale": state.eta_scale, "n_sets": len(state.coef), "n_mean": state.n_mean}
         coef = ({"coef": state.coef[0]} if len(state.coef) == 1 else
                 {f"coef_{i}": c for i, c in enumerate(state.coef)})
-        write_store(self.path, "checkpoint", attrs, {**(extra or {}), **coef}, overwrite=True)
+        mean = {f"mean_{i}": m for i, m in enumerate(state.mean)}
+        write_store(self.path, "checkpoint", attrs, {**(extra or {}), **coef, **mean}, overwrite=True)
         self._last = state.step
 
     def due(self, step: int) -> bool:

@@ -20,8 +20,10 @@ import warnings
 from collections import deque
 from concurrent.futures import CancelledError
 
+from dask.graph_manipulation import clone
+
 from dsgd_dask.engine.parallel import apply_sums, part_sums, reduce_parts
-from dsgd_dask.engine.steps import StepState, check_slab, run_chunk, run_with_restarts, step_target
+from dsgd_dask.engine.steps import StepState, check_slab, fold_mean, run_chunk, run_with_restarts, step_target
 from dsgd_dask.streams.batches import PartitionedTask
 
 #: Re-runs from the last state the client holds after lost workers, before the fit fails.
@@ -65,14 +67,24 @@ def part_task(state: StepState, slab, rows, t: int, features, rule, cfg):
 def update_task(state: StepState, t: int, features, rule, cfg, *parts) -> StepState:
     """The update of data-parallel step ``t`` from its parts' sums."""
     coef = apply_sums(state.coef, reduce_parts(parts), t, state.eta_scale, features, rule, cfg)
-    return StepState(coef, t + 1, state.eta_scale)
+    return StepState(coef, t + 1, state.eta_scale, *fold_mean(state, coef, t + 1, cfg.average_from))
 
 
-def _submit(client, state, task, view, refs, max_restarts: int):
+def _chunk(view, c: int, replay: int):
+    """Dask chunk ``c`` of the rows; in a re-run after a lost worker, under new names.
+
+    The scheduler may still hold the input tasks that failed with the worker and would
+    answer their old names with the same error.
+    """
+    block = view.data.blocks[c]
+    return block if replay == 0 else clone(block, seed=f"dsgd-replay-{replay}")
+
+
+def _submit(client, state, task, view, refs, max_restarts: int, replay: int = 0):
     """The future of the state after ``task``, from ``state`` (a value or a future)."""
     features, rule, cfg = refs
     parts = task.parts if isinstance(task, PartitionedTask) else (task,)
-    slabs = [client.submit(check_slab, [client.compute(view.data.blocks[c]) for c in part.chunks], part,
+    slabs = [client.submit(check_slab, [client.compute(_chunk(view, c, replay)) for c in part.chunks], part,
                            pure=False) for part in parts]
     if not isinstance(task, PartitionedTask):
         return client.submit(chunk_task, state, slabs[0], task, features, rule, cfg, max_restarts, pure=False,
@@ -117,7 +129,7 @@ def run_plan_distributed(client, state: StepState, view, tasks, features, rule, 
         running.clear()
         current = anchor
         for task in since:
-            current = _submit(client, current, task, view, refs, max_restarts)
+            current = _submit(client, current, task, view, refs, max_restarts, replays)
             running.append((task, current))
 
     def settle(block_until: int):
@@ -149,7 +161,7 @@ def run_plan_distributed(client, state: StepState, view, tasks, features, rule, 
         return anchor
 
     for task in tasks:
-        current = _submit(client, current, task, view, refs, max_restarts)
+        current = _submit(client, current, task, view, refs, max_restarts, replays)
         running.append((task, current))
         since.append(task)
         settle(read_ahead)

@@ -10,10 +10,20 @@ arithmetic either way.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from dsgd_dask._threads import one_blas_thread
-from dsgd_dask.engine.steps import StepConfig, StepState, apply_updates, check_slab, evaluate_sets, step_target
+from dsgd_dask.engine.steps import (
+    StepConfig,
+    StepState,
+    apply_updates,
+    check_slab,
+    evaluate_sets,
+    fold_mean,
+    step_target,
+)
 from dsgd_dask.rules.base import StepRule, Sums
 from dsgd_dask.rules.kpca import step_size
 from dsgd_dask.streams.batches import PartitionedTask
@@ -55,12 +65,12 @@ def run_partitioned(state: StepState, slabs: list, task: PartitionedTask, featur
     """Run a partitioned task with all parts in this process (same results as on a cluster)."""
     slabs = [check_slab(s, part) for s, part in zip(slabs, task.parts, strict=True)]
     batches = task.part_batches([len(s) for s in slabs], cfg.batch_size)
-    coef = state.coef
     with one_blas_thread():
         for i in range(task.n_steps):
             t = task.first_step + i
-            _, target = step_target(coef, features, rule, cfg, t)
-            total = reduce_parts(part_sums(coef, slab, rows[i], target, features, rule)
+            _, target = step_target(state.coef, features, rule, cfg, t)
+            total = reduce_parts(part_sums(state.coef, slab, rows[i], target, features, rule)
                                  for slab, rows in zip(slabs, batches, strict=True))
-            coef = apply_sums(coef, total, t, state.eta_scale, features, rule, cfg)
-    return StepState(coef, task.first_step + task.n_steps, state.eta_scale)
+            coef = apply_sums(state.coef, total, t, state.eta_scale, features, rule, cfg)
+            state = StepState(coef, t + 1, state.eta_scale, *fold_mean(state, coef, t + 1, cfg.average_from))
+    return replace(state, step=task.first_step + task.n_steps)

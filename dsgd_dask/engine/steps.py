@@ -14,7 +14,7 @@ from dsgd_dask.rules.kpca import step_size
 from dsgd_dask.streams.batches import ChunkTask
 from dsgd_dask.streams.inputs import check_finite_block
 
-__all__ = ["DivergenceError", "StepConfig", "StepState", "rule_step", "run_chunk"]
+__all__ = ["DivergenceError", "StepConfig", "StepState", "fold_mean", "rule_step", "run_chunk"]
 
 
 @dataclass(frozen=True)
@@ -24,24 +24,53 @@ class StepConfig:
     n_blocks: int  # feature budget in blocks (of every function set)
     batch_size: int
     eta_decay: float
+    average_from: int | None = None  # the first step whose iterate enters the mean (None: no mean)
 
 
 @dataclass(frozen=True)
 class StepState:
-    """What changes: the coefficients of every function set, the step count, the step scale."""
+    """What changes: the coefficients of every function set, the step count, the step scale, the mean."""
 
     coef: tuple  # one (n_active_blocks * block_size, k) float64 array per function set
     step: int
     eta_scale: float  # theta_0 / lambda_ref, halved on each divergence
+    mean: tuple = ()  # the mean of the iterates since StepConfig.average_from, per set; () before it
+    n_mean: int = 0  # the iterates in it
 
     def __post_init__(self):
-        if isinstance(self.coef, np.ndarray):
-            object.__setattr__(self, "coef", (self.coef,))
-        else:
-            object.__setattr__(self, "coef", tuple(self.coef))
+        for name in ("coef", "mean"):
+            value = getattr(self, name)
+            object.__setattr__(self, name, (value,) if isinstance(value, np.ndarray) else tuple(value))
 
     def copy(self) -> StepState:
-        return replace(self, coef=tuple(c.copy() for c in self.coef))
+        return replace(self, coef=tuple(c.copy() for c in self.coef), mean=tuple(m.copy() for m in self.mean))
+
+    @property
+    def model_coef(self) -> tuple:
+        """The coefficients a model is made of: the mean of the iterates once it has begun, else the last iterate."""
+        return self.mean if self.mean else self.coef
+
+
+def fold_mean(state: StepState, coef: tuple, step: int, start: int | None) -> tuple[tuple, int]:
+    """``(mean, n_mean)`` with the iterate ``coef`` after step ``step`` (counted from 1) added to ``state``'s mean.
+
+    Only the iterates of steps ``start`` and later enter the mean (none with
+    ``start=None``): before it, ``state``'s mean is returned unchanged. A block added after
+    the mean began counts as zero in the iterates before it. Each iterate enters with
+    weight ``1 / n_mean``, in step order on any scheduler, so the mean is the same bit for
+    bit wherever the steps run.
+    """
+    if start is None or step < start:
+        return state.mean, state.n_mean
+    n = state.n_mean + 1
+    if n == 1:
+        return tuple(c.copy() for c in coef), 1
+    out = []
+    for m, c in zip(state.mean, coef, strict=True):
+        if m.shape[0] < c.shape[0]:
+            m = np.concatenate([m, np.zeros((c.shape[0] - m.shape[0], m.shape[1]))])
+        out.append(m + (c - m) / n)
+    return tuple(out), n
 
 
 def run_with_restarts(run, state: StepState, first_step: int, max_restarts: int) -> StepState:
@@ -115,8 +144,9 @@ def run_chunk(state: StepState, slab: np.ndarray, task: ChunkTask, features: tup
               cfg: StepConfig) -> StepState:
     """Run the steps of ``task`` on its rows ``slab``; the input state is not modified."""
     slab = check_slab(slab, task)
-    coef = state.coef
     with one_blas_thread():
         for i, rows in enumerate(task.batches(slab.shape[0], cfg.batch_size)):
-            coef = rule_step(coef, slab[rows], task.first_step + i, state.eta_scale, features, rule, cfg)
-    return StepState(coef, task.first_step + task.n_steps, state.eta_scale)
+            t = task.first_step + i
+            coef = rule_step(state.coef, slab[rows], t, state.eta_scale, features, rule, cfg)
+            state = StepState(coef, t + 1, state.eta_scale, *fold_mean(state, coef, t + 1, cfg.average_from))
+    return replace(state, step=task.first_step + task.n_steps)

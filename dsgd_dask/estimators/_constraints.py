@@ -64,6 +64,7 @@ STEPS: dict[str, list] = {
     "n_partitions": COUNT,
     "eta0": POSITIVE,
     "eta_decay": NON_NEGATIVE,
+    "average": [Interval(Integral, 0, None, closed="left"), "boolean"],
     "compute_dtype": [StrOptions({"float32", "float64"})],
     "cache_bytes": [Interval(Integral, 0, None, closed="left"), None],
     "checkpoint": [str, os.PathLike, None],

@@ -110,6 +110,15 @@ class StepEstimatorMixin(RandomFeatureEstimatorMixin):
         ckpt = Checkpointer(location, every, **self._checkpoint_identity(inputs))
         return ckpt, ckpt.existing()
 
+    def _average_from(self, batch_size: int) -> int | None:
+        """The first step whose iterate enters the mean of ``average`` (``None``: no mean).
+
+        ``True`` (or 1): the first step; an integer ``r``: the first step at whose end the
+        rows seen, ``steps * batch_size``, reach ``r``; ``False`` (or 0): none.
+        """
+        rows = int(self.average)
+        return None if rows <= 0 else max(1, -(-rows // int(batch_size)))
+
     def _pass_checkpoint(self, inputs: dict) -> PassCheckpoint | None:
         """The pass driver's checkpoint of this fit on ``inputs`` (``{"X": view, ...}``), ``None`` without one.
 
@@ -129,7 +138,8 @@ class StepEstimatorMixin(RandomFeatureEstimatorMixin):
 
         With a checkpointer, the plan starts at step 0 and the steps the (resumed) state
         has already taken are skipped. ``callback(step, models)`` gets the raw expansions
-        of the function sets (one expansion when there is one set).
+        of the function sets (one expansion when there is one set): of the mean of the
+        iterates once ``average`` has begun it, else of the last iterate.
         """
         p = self._params
         state = self.state_
@@ -145,7 +155,7 @@ class StepEstimatorMixin(RandomFeatureEstimatorMixin):
                 checkpointer.maybe_save(st)
             if callback is not None:
                 models = [KernelExpansion(features[v], c, self._set_offset(i))
-                          for i, (v, c) in enumerate(zip(self._rule.set_views, st.coef, strict=True))]
+                          for i, (v, c) in enumerate(zip(self._rule.set_views, st.model_coef, strict=True))]
                 callback(st.step, models[0] if len(models) == 1 else tuple(models))
 
         def due(step):

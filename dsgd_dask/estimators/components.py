@@ -311,7 +311,8 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
         if p["whitening"] == "joint":  # every joint block is fed from the first step: all start at once
             coef = tuple(np.vstack([c, np.zeros((J * m - c.shape[0], c.shape[1]))]) for c in coef)
         self.state_ = StepState(coef, 0, p["eta0"] / self._curvature(lam))
-        self._config = StepConfig(n_blocks=J, batch_size=p["batch_size"], eta_decay=self._eta_decay(lam))
+        self._config = StepConfig(n_blocks=J, batch_size=p["batch_size"], eta_decay=self._eta_decay(lam),
+                                  average_from=self._average_from(p["batch_size"]))
         self._rule = self._make_rule(cols, self._guard_limit(lam, sample))
         self.bandwidth_ = specs[0].bandwidth if n_views == 1 else tuple(s.bandwidth for s in specs)
         self.kernel_ = specs[0] if n_views == 1 else tuple(specs)
@@ -337,7 +338,7 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
         """The raw functions of every set on the sample rows, centred, and their means."""
         centred, means = [], []
         for i, view in enumerate(self._rule.set_views):
-            h = KernelExpansion(self._features[view], self.state_.coef[i]).evaluate(self._rule.rows(sample, i))
+            h = KernelExpansion(self._features[view], self.state_.model_coef[i]).evaluate(self._rule.rows(sample, i))
             means.append(h.mean(axis=0))
             centred.append(h - means[-1])
         return centred, means
@@ -349,7 +350,7 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
         times it: ``J A^T A`` is the RKHS Gram matrix under the blocks' average kernel.
         """
         J = self._config.n_blocks
-        return [J * (c.T @ c) for c in self.state_.coef]
+        return [J * (c.T @ c) for c in self.state_.model_coef]
 
     def _finish(self, sample: np.ndarray) -> None:
         """Rotate the sets to the method's ordered components (on the sample), set offsets and models."""
@@ -359,7 +360,7 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
         models = []
         for i, view in enumerate(self._rule.set_views):
             # the offset is the sample mean of the rotated functions: the raw means, rotated
-            features, coef = sections(self._features[view], self.state_.coef[i] @ rotations[i], budget)
+            features, coef = sections(self._features[view], self.state_.model_coef[i] @ rotations[i], budget)
             offset = means[i] @ rotations[i]
             if features is not self._features[view]:
                 # kernel sections round otherwise than the joint blocks: centre on their own values
@@ -415,6 +416,8 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
             arrays[f"offset_{i}"] = model.offset
             if stepped:
                 arrays[f"state_coef_{i}"] = self.state_.coef[i]
+                if self.state_.mean:
+                    arrays[f"state_mean_{i}"] = self.state_.mean[i]
         arrays.update(self._values_payload())
         fitted = {"seed_": self.seed_, "n_iter_": self.n_iter_, **self._input_payload(),
                   "n_features_in_y_": self.n_features_in_y_, "resolved_params": self._params}
@@ -422,7 +425,8 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
             fitted["solver_"] = self.solver_
         if stepped:
             fitted.update({"n_calls": self._n_calls, "step": self.state_.step, "eta_scale": self.state_.eta_scale,
-                           "config": asdict(self._config), "guard_limit": self._rule.guard_limit})
+                           "n_mean": self.state_.n_mean, "config": asdict(self._config),
+                           "guard_limit": self._rule.guard_limit})
         else:
             fitted["set_views"] = [int(v) for v in self._set_views()]
         fitted.update(self._extra_payload())
@@ -464,8 +468,10 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
         if "step" in fitted:  # fitted by steps (or a solver that keeps a step state): it can continue by steps
             est._config = StepConfig(**fitted["config"])
             est._rule = est._make_rule(est._columns(), fitted["guard_limit"])
-            est.state_ = StepState(tuple(arrays[f"state_coef_{i}"] for i in range(est._rule.n_sets)),
-                                   fitted["step"], fitted["eta_scale"])
+            n_sets = est._rule.n_sets
+            mean = tuple(arrays[f"state_mean_{i}"] for i in range(n_sets)) if "state_mean_0" in arrays else ()
+            est.state_ = StepState(tuple(arrays[f"state_coef_{i}"] for i in range(n_sets)), fitted["step"],
+                                   fitted["eta_scale"], mean, int(fitted.get("n_mean", 0)))
             # stores written before the public n_passes_ went hold it under that name
             est._n_calls = int(fitted.get("n_calls", fitted.get("n_passes_", 0)))
             set_views = est._rule.set_views

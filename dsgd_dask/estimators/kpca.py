@@ -241,6 +241,10 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
         that the default works on any data scale.
     eta_decay : float, default=0.01
         dsgd: ``theta_1`` of the step size.
+    average : bool or int, default=False
+        dsgd: the model is made of the mean of the iterates, not of the last one, from
+        the step given as for :class:`~dsgd_dask.KernelCCA` (``True``: every step; an
+        integer: rows seen; ``False``: the last iterate). The other solvers ignore it.
     init : {"rca", "random"}, default="rca"
         Subspace solver: start the passes from subspace iterations on a sample of up to
         10,000 rows (``"rca"``) or from a random block. dsgd: start from the top
@@ -407,7 +411,7 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
     def __init__(self, n_components=5, *, kernel="gaussian", bandwidth="median", kernel_params=None,
                  features="nystroem", whitening="auto", solver="auto", n_features="auto",
                  block_size="auto", n_oversamples="auto", tol=1e-4, batch_size=256, max_iter="auto", shuffle_chunks=1,
-                 n_partitions=1, eta0=0.5, eta_decay=0.01, init="rca", center=True, ordered=False,
+                 n_partitions=1, eta0=0.5, eta_decay=0.01, average=False, init="rca", center=True, ordered=False,
                  compute_dtype="float32", cache_bytes=None, checkpoint=None, checkpoint_every=100,
                  verbose=False, random_state=None):
         self.n_components = n_components
@@ -427,6 +431,7 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
         self.n_partitions = n_partitions
         self.eta0 = eta0
         self.eta_decay = eta_decay
+        self.average = average
         self.init = init
         self.center = center
         self.ordered = ordered
@@ -699,7 +704,8 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
         if isinstance(features, JointNystroemBlocks):  # every joint block is fed from the first step
             coef = np.vstack([coef, np.zeros((features.max_blocks * features.block_size - coef.shape[0], k))])
         self.state_ = StepState(coef, 0, p["eta0"] / lam)
-        self._config = StepConfig(n_blocks=p["n_blocks"], batch_size=p["batch_size"], eta_decay=p["eta_decay"])
+        self._config = StepConfig(n_blocks=p["n_blocks"], batch_size=p["batch_size"], eta_decay=p["eta_decay"],
+                                  average_from=self._average_from(p["batch_size"]))
         self._rule = pca_rule(p["ordered"], p["center"], GUARD_FACTOR * lam)
 
     # -- the rca and exact solvers --------------------------------------------------------
@@ -793,7 +799,7 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
 
     def _finalise(self, sample: np.ndarray) -> None:
         """Centring offset, eigen-ordering and eigenvalues from the fit sample."""
-        raw = KernelExpansion(self._features, self.state_.coef[0])
+        raw = KernelExpansion(self._features, self.state_.model_coef[0])
         h = raw.evaluate(sample)
         mean = h.mean(axis=0) if self._params["center"] else np.zeros(h.shape[1])
         hc = h - mean
@@ -809,7 +815,7 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
         signs[signs == 0] = 1.0
         rot = rot * signs
         budget = self._params["n_blocks"] * self._params["block_size"]
-        features, coef = sections(self._features, self.state_.coef[0] @ rot, budget)
+        features, coef = sections(self._features, self.state_.model_coef[0] @ rot, budget)
         offset = mean @ rot
         if features is not self._features and self._params["center"]:
             # kernel sections round otherwise than the joint blocks: centre on their own values
@@ -860,7 +866,7 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
             "fitted": {
                 "seed_": self.seed_, "bandwidth_": self.bandwidth_, "n_iter_": self.n_iter_,
                 "solver_": self.solver_, "n_calls": self._n_calls, **self._input_payload(),
-                "step": self.state_.step, "eta_scale": self.state_.eta_scale,
+                "step": self.state_.step, "eta_scale": self.state_.eta_scale, "n_mean": self.state_.n_mean,
                 "config": None if self._config is None else asdict(self._config),
                 "guard_limit": None if self._rule is None else self._rule.guard_limit,
                 "resolved_params": self._params,
@@ -868,6 +874,8 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
         }
         arrays = {"coef": self.model_.coef, "offset": self.model_.offset, "eigenvalues": self.eigenvalues_,
                   "state_coef": self.state_.coef[0], **farrays}
+        if self.state_.mean:
+            arrays["state_mean"] = self.state_.mean[0]
         return attrs, arrays
 
     @classmethod
@@ -883,7 +891,8 @@ class KernelPCA(StepEstimatorMixin, ClassNamePrefixFeaturesOutMixin, Transformer
         est._config = None if fitted["config"] is None else StepConfig(**fitted["config"])
         est._rule = None if fitted["guard_limit"] is None else pca_rule(p["ordered"], p["center"],
                                                                         fitted["guard_limit"])
-        est.state_ = StepState(arrays["state_coef"], fitted["step"], fitted["eta_scale"])
+        est.state_ = StepState(arrays["state_coef"], fitted["step"], fitted["eta_scale"],
+                               arrays.get("state_mean", ()), int(fitted.get("n_mean", 0)))
         est.model_ = KernelExpansion(features, arrays["coef"], arrays["offset"])
         est.model_.token = model_fingerprint(est.model_)
         est.eigenvalues_ = arrays["eigenvalues"]

@@ -197,6 +197,12 @@ _MACHINE_PARAMS = """\
         ``1 / (alpha (t + t_0))``, the schedule of strongly convex stochastic gradient
         descent (0.01 when ``alpha = 0``); with ``preconditioner="block"``, ``1e-4``
         whatever ``alpha`` (Dai et al.'s ``eta_t = 1 / (1 + 1e-4 t)`` for softmax).
+    average : bool or int, default=False
+        The model is made of the mean of the steps' iterates, not of the last one, from
+        the step given as for :class:`~dsgd_dask.KernelCCA` (``True``: every step; an
+        integer: rows seen; ``False``: the last iterate). With ``preconditioner="block"``
+        every step fits a new block, which the mean then weighs by the share of the
+        averaged steps taken since it was added: start the mean late, if at all.
     compute_dtype, cache_bytes, checkpoint, checkpoint_every, verbose, random_state
         As for :class:`~dsgd_dask.KernelCCA`."""
 
@@ -290,7 +296,7 @@ class _KernelMachine(ComponentStepEstimator):
     def __init__(self, alpha=1e-4, *, solver="auto", preconditioner="auto", preconditioner_jitter="auto",
                  kernel="gaussian", bandwidth="median", kernel_params=None, features="auto", n_features="auto",
                  block_size="auto", batch_size="auto",
-                 max_iter="auto", shuffle_chunks=1, n_partitions=1, eta0=0.5, eta_decay="auto",
+                 max_iter="auto", shuffle_chunks=1, n_partitions=1, eta0=0.5, eta_decay="auto", average=False,
                  compute_dtype="float32", cache_bytes=None, checkpoint=None, checkpoint_every=100, verbose=False,
                  random_state=None):
         self.alpha = alpha
@@ -309,6 +315,7 @@ class _KernelMachine(ComponentStepEstimator):
         self.n_partitions = n_partitions
         self.eta0 = eta0
         self.eta_decay = eta_decay
+        self.average = average
         self.compute_dtype = compute_dtype
         self.cache_bytes = cache_bytes
         self.checkpoint = checkpoint
@@ -411,7 +418,7 @@ class _KernelMachine(ComponentStepEstimator):
     def _finish(self, sample: np.ndarray) -> None:
         if self._params.get("step_preconditioner") == "block":
             self.preconditioner_jitter_ = self._jitter()
-        features, coef = sections(self._features[0], self.state_.coef[0],
+        features, coef = sections(self._features[0], self.state_.model_coef[0],
                                   self._params["n_blocks"] * self._params["block_size"])
         model = KernelExpansion(features, coef, self._set_offset(0))
         model.token = model_fingerprint(model)
@@ -830,6 +837,7 @@ class KernelRidge(RegressorMixin, _KernelMachine):
                  preconditioner_jitter="auto", kernel="gaussian",
                  bandwidth="median", kernel_params=None, features="nystroem", n_features="auto", block_size="auto",
                  batch_size=256, max_iter="auto", shuffle_chunks=1, n_partitions=1, eta0=0.5, eta_decay="auto",
+                 average=False,
                  compute_dtype="float32", cache_bytes=None, checkpoint=None, checkpoint_every=100, verbose=False,
                  random_state=None):
         super().__init__(alpha, solver=solver, preconditioner=preconditioner,
@@ -837,7 +845,7 @@ class KernelRidge(RegressorMixin, _KernelMachine):
                          kernel_params=kernel_params,
                          features=features, n_features=n_features, block_size=block_size, batch_size=batch_size,
                          max_iter=max_iter, shuffle_chunks=shuffle_chunks, n_partitions=n_partitions, eta0=eta0,
-                         eta_decay=eta_decay, compute_dtype=compute_dtype, cache_bytes=cache_bytes,
+                         eta_decay=eta_decay, average=average, compute_dtype=compute_dtype, cache_bytes=cache_bytes,
                          checkpoint=checkpoint, checkpoint_every=checkpoint_every, verbose=verbose,
                          random_state=random_state)
         self.fit_intercept = fit_intercept

@@ -236,7 +236,7 @@ class KernelSIR(ChosenRidge, ClassNamePrefixFeaturesOutMixin, TransformerMixin, 
         ``"dsgd"``: steps; ``"auto"``: ten passes over the data, between 500 and 5000
         steps. ``"rca"`` and ``"exact"`` have one iteration (the pass, the solve) and
         ignore it.
-    shuffle_chunks, n_partitions, eta0, eta_decay, checkpoint, checkpoint_every
+    shuffle_chunks, n_partitions, eta0, eta_decay, average, checkpoint, checkpoint_every
         As for :class:`~dsgd_dask.KernelCCA` (``"dsgd"`` only; ``"rca"``, one pass, and
         ``"exact"`` ignore ``checkpoint``).
     verbose : bool, default=False
@@ -350,7 +350,7 @@ class KernelSIR(ChosenRidge, ClassNamePrefixFeaturesOutMixin, TransformerMixin, 
 
     def __init__(self, n_components=2, *, kernel="gaussian", bandwidth="median", kernel_params=None, n_slices="auto",
                  reg="auto", solver="auto", features="nystroem", n_features="auto", block_size="auto", batch_size=256,
-                 max_iter="auto", shuffle_chunks=1, n_partitions=1, eta0=0.5, eta_decay=0.01,
+                 max_iter="auto", shuffle_chunks=1, n_partitions=1, eta0=0.5, eta_decay=0.01, average=False,
                  compute_dtype="float32", cache_bytes=None, checkpoint=None, checkpoint_every=100, verbose=False,
                  random_state=None):
         self.n_components = n_components
@@ -369,6 +369,7 @@ class KernelSIR(ChosenRidge, ClassNamePrefixFeaturesOutMixin, TransformerMixin, 
         self.n_partitions = n_partitions
         self.eta0 = eta0
         self.eta_decay = eta_decay
+        self.average = average
         self.compute_dtype = compute_dtype
         self.cache_bytes = cache_bytes
         self.checkpoint = checkpoint

@@ -217,6 +217,16 @@ _SHARED_PARAMS = """\
         (either view) on a sample, so that the default works on any data scale.
     eta_decay : float, default=0.01
         ``"dsgd"``: ``theta_1`` of the step size.
+    average : bool or int, default=False
+        ``"dsgd"``: the model is made of the mean of the iterates (Polyak-Ruppert
+        averaging), not of the last one: at a decaying step size the mean carries less
+        of the steps' noise. ``True``: the iterates of every step; an integer ``r``: of
+        every step from the one at whose end the rows seen reach ``r`` (rows, as
+        scikit-learn's ``SGDClassifier(average=r)`` counts them); ``False`` or 0: the
+        last iterate. A block added after the mean began counts as zero in the iterates
+        before it. The mean is kept beside the coefficients (twice their memory), saved
+        with checkpoints and models, and goes on through :meth:`partial_fit`. The other
+        solvers ignore it.
     compute_dtype : {"float32", "float64"}, default="float32"
         Precision of the features of ``"dsgd"``, ``"lobpcg"`` and ``"rca"`` with Fourier
         features; sums and coefficients are float64. ``"rca"`` with Nyström features
@@ -637,8 +647,9 @@ class KernelSVD(_TwoViewEstimator):
     def __init__(self, n_components=2, *, kernel_x="gaussian", kernel_y="gaussian", bandwidth_x="median",
                  bandwidth_y="median", kernel_params_x=None, kernel_params_y=None, solver="auto",
                  features="nystroem", n_features="auto", block_size="auto", batch_size=256, max_iter="auto",
-                 shuffle_chunks=1, n_partitions=1, eta0=0.5, eta_decay=0.01, compute_dtype="float32",
-                 cache_bytes=None, checkpoint=None, checkpoint_every=100, verbose=False, random_state=None):
+                 shuffle_chunks=1, n_partitions=1, eta0=0.5, eta_decay=0.01, average=False,
+                 compute_dtype="float32", cache_bytes=None, checkpoint=None, checkpoint_every=100, verbose=False,
+                 random_state=None):
         self.n_components = n_components
         self.kernel_x = kernel_x
         self.kernel_y = kernel_y
@@ -656,6 +667,7 @@ class KernelSVD(_TwoViewEstimator):
         self.n_partitions = n_partitions
         self.eta0 = eta0
         self.eta_decay = eta_decay
+        self.average = average
         self.compute_dtype = compute_dtype
         self.cache_bytes = cache_bytes
         self.checkpoint = checkpoint
@@ -883,7 +895,7 @@ class KernelCCA(ChosenRidge, _TwoViewEstimator):
     def __init__(self, n_components=2, *, kernel_x="gaussian", kernel_y="gaussian", bandwidth_x="median",
                  bandwidth_y="median", kernel_params_x=None, kernel_params_y=None, reg="auto", solver="auto",
                  tol=1e-3, features="nystroem", n_features="auto", block_size="auto", batch_size=256,
-                 max_iter="auto", shuffle_chunks=1, n_partitions=1, eta0=0.5, eta_decay=0.01,
+                 max_iter="auto", shuffle_chunks=1, n_partitions=1, eta0=0.5, eta_decay=0.01, average=False,
                  compute_dtype="float32", cache_bytes=None, preconditioner=None, preconditioner_jitter=0.1,
                  checkpoint=None, checkpoint_every=100, verbose=False, random_state=None):
         self.n_components = n_components
@@ -905,6 +917,7 @@ class KernelCCA(ChosenRidge, _TwoViewEstimator):
         self.n_partitions = n_partitions
         self.eta0 = eta0
         self.eta_decay = eta_decay
+        self.average = average
         self.compute_dtype = compute_dtype
         self.cache_bytes = cache_bytes
         self.preconditioner = preconditioner
