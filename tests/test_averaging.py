@@ -32,7 +32,7 @@ def mean_of(coefs):
     return np.mean([np.vstack([c, np.zeros((rows - c.shape[0], c.shape[1]))]) for c in coefs], axis=0)
 
 
-@pytest.mark.parametrize("average, first", [(True, 1), (1, 1), (20 * 30 + 1, 21), (40 * 30, 40)])
+@pytest.mark.parametrize(("average", "first"), [(True, 1), (1, 1), (20 * 30 + 1, 21), (40 * 30, 40)])
 def test_the_mean_is_that_of_the_iterates(blobs, average, first):
     its = iterates(blobs, **PCA)
     seen = []
@@ -53,7 +53,8 @@ def test_the_mean_is_that_of_the_iterates(blobs, average, first):
 def test_without_average_the_model_is_the_last_iterate(blobs):
     plain = KernelPCA(**PCA).fit(blobs)
     off = KernelPCA(**PCA, average=0).fit(blobs)
-    assert plain.state_.mean == () and plain.state_.n_mean == 0
+    assert plain.state_.mean == ()
+    assert plain.state_.n_mean == 0
     np.testing.assert_array_equal(plain.model_.coef, off.model_.coef)
 
 
