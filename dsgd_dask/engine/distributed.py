@@ -23,7 +23,7 @@ from concurrent.futures import CancelledError
 from dask.graph_manipulation import clone
 
 from dsgd_dask.engine.parallel import apply_sums, part_sums, reduce_parts
-from dsgd_dask.engine.steps import StepState, check_slab, fold_mean, run_chunk, run_with_restarts, step_target
+from dsgd_dask.engine.steps import StepState, after_step, check_slab, run_chunk, run_with_restarts, step_target
 from dsgd_dask.streams.batches import PartitionedTask
 
 #: Re-runs from the last state the client holds after lost workers, before the fit fails.
@@ -67,7 +67,7 @@ def part_task(state: StepState, slab, rows, t: int, features, rule, cfg):
 def update_task(state: StepState, t: int, features, rule, cfg, *parts) -> StepState:
     """The update of data-parallel step ``t`` from its parts' sums."""
     coef = apply_sums(state.coef, reduce_parts(parts), t, state.eta_scale, features, rule, cfg)
-    return StepState(coef, t + 1, state.eta_scale, *fold_mean(state, coef, t + 1, cfg.average_from))
+    return after_step(state, coef, t, cfg)
 
 
 def _chunk(view, c: int, replay: int):

@@ -18,10 +18,10 @@ from dsgd_dask._threads import one_blas_thread
 from dsgd_dask.engine.steps import (
     StepConfig,
     StepState,
+    after_step,
     apply_updates,
     check_slab,
     evaluate_sets,
-    fold_mean,
     step_target,
 )
 from dsgd_dask.rules.base import StepRule, Sums
@@ -72,5 +72,5 @@ def run_partitioned(state: StepState, slabs: list, task: PartitionedTask, featur
             total = reduce_parts(part_sums(state.coef, slab, rows[i], target, features, rule)
                                  for slab, rows in zip(slabs, batches, strict=True))
             coef = apply_sums(state.coef, total, t, state.eta_scale, features, rule, cfg)
-            state = StepState(coef, t + 1, state.eta_scale, *fold_mean(state, coef, t + 1, cfg.average_from))
+            state = after_step(state, coef, t, cfg)
     return replace(state, step=task.first_step + task.n_steps)

@@ -14,7 +14,7 @@ from dsgd_dask.rules.kpca import step_size
 from dsgd_dask.streams.batches import ChunkTask
 from dsgd_dask.streams.inputs import check_finite_block
 
-__all__ = ["DivergenceError", "StepConfig", "StepState", "fold_mean", "rule_step", "run_chunk"]
+__all__ = ["DivergenceError", "StepConfig", "StepState", "after_step", "rule_step", "run_chunk"]
 
 
 @dataclass(frozen=True)
@@ -51,26 +51,26 @@ class StepState:
         return self.mean if self.mean else self.coef
 
 
-def fold_mean(state: StepState, coef: tuple, step: int, start: int | None) -> tuple[tuple, int]:
-    """``(mean, n_mean)`` with the iterate ``coef`` after step ``step`` (counted from 1) added to ``state``'s mean.
+def after_step(state: StepState, coef: tuple, t: int, cfg: StepConfig) -> StepState:
+    """The state after step ``t`` (counted from 0), whose update gave the iterate ``coef``.
 
-    Only the iterates of steps ``start`` and later enter the mean (none with
-    ``start=None``): before it, ``state``'s mean is returned unchanged. A block added after
-    the mean began counts as zero in the iterates before it. Each iterate enters with
-    weight ``1 / n_mean``, in step order on any scheduler, so the mean is the same bit for
-    bit wherever the steps run.
+    The iterates of steps ``cfg.average_from`` and later (counted from 1; none when it is
+    ``None``) enter the mean, each with weight ``1 / n_mean``, in step order on any
+    scheduler, so the mean is the same bit for bit wherever the steps run. A block added
+    after the mean began counts as zero in the iterates before it.
     """
-    if start is None or step < start:
-        return state.mean, state.n_mean
+    step = t + 1
+    if cfg.average_from is None or step < cfg.average_from:
+        return StepState(coef, step, state.eta_scale, state.mean, state.n_mean)
     n = state.n_mean + 1
     if n == 1:
-        return tuple(c.copy() for c in coef), 1
-    out = []
+        return StepState(coef, step, state.eta_scale, tuple(c.copy() for c in coef), 1)
+    mean = []
     for m, c in zip(state.mean, coef, strict=True):
         if m.shape[0] < c.shape[0]:
             m = np.concatenate([m, np.zeros((c.shape[0] - m.shape[0], m.shape[1]))])
-        out.append(m + (c - m) / n)
-    return tuple(out), n
+        mean.append(m + (c - m) / n)
+    return StepState(coef, step, state.eta_scale, mean, n)
 
 
 def run_with_restarts(run, state: StepState, first_step: int, max_restarts: int) -> StepState:
@@ -148,5 +148,5 @@ def run_chunk(state: StepState, slab: np.ndarray, task: ChunkTask, features: tup
         for i, rows in enumerate(task.batches(slab.shape[0], cfg.batch_size)):
             t = task.first_step + i
             coef = rule_step(state.coef, slab[rows], t, state.eta_scale, features, rule, cfg)
-            state = StepState(coef, t + 1, state.eta_scale, *fold_mean(state, coef, t + 1, cfg.average_from))
+            state = after_step(state, coef, t, cfg)
     return replace(state, step=task.first_step + task.n_steps)
