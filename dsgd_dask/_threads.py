@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import math
 import os
 import threading
 from collections import deque
@@ -171,7 +172,7 @@ ALIGNMENT = 64
 def scratch(name: str, shape: tuple, dtype) -> np.ndarray:
     """A per-thread buffer of at least ``shape``, aligned to :data:`ALIGNMENT` bytes (valid until the next call)."""
     dtype = np.dtype(dtype)
-    size = int(np.prod(shape))
+    size = math.prod(shape)
     bufs = getattr(_local, "buffers", None)
     if bufs is None:
         bufs = _local.buffers = {}

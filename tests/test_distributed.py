@@ -77,6 +77,30 @@ def test_killed_worker_does_not_change_the_fit(store, reference):
     np.testing.assert_array_equal(model.model_.coef, reference.model_.coef)
 
 
+def _read_failing_once(block, armed, failed):
+    """The chunk as read, but the first read after ``armed`` exists raises, as a dropped connection would."""
+    if os.path.exists(armed) and not os.path.exists(failed):
+        open(failed, "w").close()
+        raise OSError("connection reset while reading a chunk")
+    return block
+
+
+def test_a_failed_chunk_read_is_run_again_to_the_same_fit(store, reference, tmp_path, local_clusters):
+    # the scheduler does not retry a task that raised: the fit runs the steps since the last
+    # state it holds again and ends as if nothing failed (with MAX_REPLAYS = 0 it raises the OSError)
+    armed, failed = str(tmp_path / "armed"), str(tmp_path / "failed")
+    X = da.from_zarr(store).map_blocks(_read_failing_once, armed, failed, dtype=np.float32)
+
+    def arm(step, model):
+        if step >= 20 and not os.path.exists(armed):
+            open(armed, "w").close()
+
+    with Client(local_clusters(2)):
+        model = KernelPCA(**PARAMS).fit(X, callback=arm)
+    assert os.path.exists(failed)  # a chunk read of the steps after step 20 failed once
+    np.testing.assert_array_equal(model.model_.coef, reference.model_.coef)
+
+
 @pytest.mark.parametrize("n_workers", [1, 2])
 def test_data_parallel_steps_on_local_cluster(store, partitioned_reference, n_workers, local_clusters):
     with Client(local_clusters(n_workers)) as client, get_task_stream(client) as stream:
