@@ -26,7 +26,7 @@ from dsgd_dask.engine.parallel import apply_sums, part_sums, reduce_parts
 from dsgd_dask.engine.steps import StepState, after_step, check_slab, run_chunk, run_with_restarts, step_target
 from dsgd_dask.streams.batches import PartitionedTask
 
-#: Re-runs from the last state the client holds after lost workers, before the fit fails.
+#: Re-runs from the last state the client holds after lost workers or failed reads, before the fit fails.
 MAX_REPLAYS = 3
 
 
@@ -71,10 +71,10 @@ def update_task(state: StepState, t: int, features, rule, cfg, *parts) -> StepSt
 
 
 def _chunk(view, c: int, replay: int):
-    """Dask chunk ``c`` of the rows; in a re-run after a lost worker, under new names.
+    """Dask chunk ``c`` of the rows; in a re-run after a lost worker or a failed read, under new names.
 
-    The scheduler may still hold the input tasks that failed with the worker and would
-    answer their old names with the same error.
+    The scheduler may still hold the input tasks that failed and would answer their old
+    names with the same error.
     """
     block = view.data.blocks[c]
     return block if replay == 0 else clone(block, seed=f"dsgd-replay-{replay}")
