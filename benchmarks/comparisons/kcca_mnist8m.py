@@ -69,6 +69,10 @@ BOTH = ("nystroem", "fourier")
 #: (``... --steps 3000 --jitter 0.6 --eta0 0.2 --eta-decay D [--average-from T]``), the
 #: fitted model's sum: 0.01: 43.11 (the mean of steps 1501-3000: 42.94; of 2251-3000:
 #: 43.03); 0.003: 43.36 (43.23; 43.32); eta0 0.4 at 0.01 trailed by 1.5 after 1016 steps.
+#: Near (0.6, 0.2, 0.003), raw functions, stopped when they trailed it at every reading (it:
+#: 41.19, 42.13, 42.96 after 512, 1016, 2024 steps): decay 0.002: 40.79, 41.77, 42.63 after
+#: 520, 1040, 1976; jitter 0.4: 40.00, 41.17, 41.63 after 520, 1040, 1352; eta0 0.3: 38.64,
+#: 39.61 after 520, 832.
 #: ``steps_bandwidth``: the steps' bandwidth, a multiple of each view's median distance (1: the
 #: estimator's own median trick).
 #: ``steps_rows``: the steps draw their batches from the store's first ``steps_rows`` rows
