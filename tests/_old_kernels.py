@@ -9,8 +9,8 @@ kernels it replaced, kept here (unchanged but for the module prefixes) so that
   the package, so a test that patches them patches both kernels);
 * ``slab_ridge_sums``, ``ridge_pass``: ``dsgd_dask/engine/ridge.py`` (kernel ridge's first pass);
 * ``_sections``, ``slab_cross_sums``, ``cross_pass``: ``dsgd_dask/engine/passes.py`` (kernel CCA's
-  two-view pass; ``_transposed_products`` and ``CrossSums``, which the package keeps, are read
-  from it);
+  two-view pass; ``CrossSums``, which the package keeps, is read from it; ``slice_rows`` and
+  ``_transposed_products`` as they were before the passes' slices and products changed);
 * ``slab_sums``, ``_flat_slab_sums``, ``full_pass``: ``dsgd_dask/engine/passes.py`` (the pass of
   KernelPCA's subspace solver and of kernel ridge's conjugate gradients; ``PassSums`` is read
   from the package);
@@ -29,12 +29,25 @@ from dask.base import tokenize
 from dsgd_dask._threads import one_blas_thread, scratch
 from dsgd_dask.baselines import _moments
 from dsgd_dask.engine import passes
-from dsgd_dask.engine.passes import slice_rows
 from dsgd_dask.engine.ridge import RidgeSums
 from dsgd_dask.streams.inputs import DataView, check_finite_block
 
 
 # -- dsgd_dask/engine/passes.py -------------------------------------------------------------------
+def slice_rows(n_features: int) -> int:
+    """Rows per slice: the slice's raw features fit in :data:`SLICE_FLOATS`."""
+    return int(min(4096, max(128, passes.SLICE_FLOATS // max(n_features, 1))))
+
+
+def _transposed_products(features, n_blocks: int, buf: np.ndarray, H: np.ndarray, out: np.ndarray) -> None:
+    """``out[:M] += buf^T H`` (``H`` in the feature precision), page by page of blocks."""
+    m = features.block_size
+    bpp = features.blocks_per_page
+    for b0 in range(0, n_blocks, bpp):
+        b1 = min(b0 + bpp, n_blocks)
+        out[b0 * m:b1 * m] += buf[:, b0 * m:b1 * m].T @ H
+
+
 def _chunk_sums(block, slab_fn, *args, block_info=None):
     loc = block_info[0]["chunk-location"][0] if block_info else "?"
     check_finite_block(block, f"row chunk {loc}")
@@ -177,8 +190,8 @@ def slab_cross_sums(S: np.ndarray, fx, fy, n_blocks: int, x_cols: slice, y_cols:
             bx, u = _sections(fx, fx.prepare(part[:, x_cols]), n_blocks, raw_a, shift_x)
             by, v = _sections(fy, fy.prepare(part[:, y_cols]), n_blocks, raw_b, shift_y)
             H = np.hstack([u, v])
-            passes._transposed_products(fx, n_blocks, bx, H.astype(fx.dtype), ox[:, :2 * q])
-            passes._transposed_products(fy, n_blocks, by, H.astype(fy.dtype), oy[:, :2 * q])
+            _transposed_products(fx, n_blocks, bx, H.astype(fx.dtype), ox[:, :2 * q])
+            _transposed_products(fy, n_blocks, by, H.astype(fy.dtype), oy[:, :2 * q])
             ox[:, 2 * q] += bx.sum(axis=0, dtype=np.float64)
             oy[:, 2 * q] += by.sum(axis=0, dtype=np.float64)
             tail[:2 * q] += H.sum(axis=0)
@@ -248,7 +261,7 @@ def slab_sums(X: np.ndarray, features, n_blocks: int, raw_coef: np.ndarray, shif
     with one_blas_thread():
         for r0 in range(0, X.shape[0], step):
             buf, u = _sections(features, features.prepare(X[r0:r0 + step]), n_blocks, raw_coef, shift)
-            passes._transposed_products(features, n_blocks, buf, u.astype(features.dtype), out[:M, :p])
+            _transposed_products(features, n_blocks, buf, u.astype(features.dtype), out[:M, :p])
             out[:M, p] += buf.sum(axis=0, dtype=np.float64)
             out[M, :p] += u.sum(axis=0)
             out[M, p] += buf.shape[0]

@@ -329,26 +329,29 @@ def test_float64_blocks_near_round_off_stop_with_a_warning():
     # directions the data do not reach. The landmark preconditioner's first floor does not hold
     # that up (the factorisation used to fail); a higher floor does. The conjugate gradients
     # then meet a direction of non-positive curvature: they stop there with a warning instead of
-    # running every pass without moving. Where they stop depends on the BLAS kernels' rounding
-    # (measured: after 9 passes at a relative residual of 1.5e-4 with OpenBLAS's SkylakeX
-    # kernels, after 6 at 9e-4 with OPENBLAS_CORETYPE=Haswell). The last iterate is then within
-    # 5e-3 of the targets' range of the exact kernel ridge (measured 2.8e-4 and 2.0e-3), which
-    # the block-Jacobi solve matches to 1e-8 here, and its R² on the training rows within 1e-4
-    # of the exact one's (measured 1e-6 and 6e-6).
+    # running every pass without moving. Whether and where they stop depends on the rounding of
+    # the kernel sections and the BLAS kernels: at alpha = 5e-5, after 9 passes at a relative
+    # residual of 1.0e-5 with OpenBLAS's SkylakeX kernels and of 8.9e-6 with
+    # OPENBLAS_CORETYPE=Haswell (at 1e-4 the sections' rounding now leaves the system definite
+    # and the gradients converge). The last iterate is then within 5e-3 of the targets' range
+    # of the exact kernel ridge (measured 5.3e-5 and 2.2e-5), which the block-Jacobi solve
+    # matches to 1e-6 here, and its R² on the training rows within 1e-4 of the exact one's
+    # (measured 1.8e-7 and 1.2e-7).
     rng = np.random.default_rng(0)
     X, Xt = rng.uniform(size=(800, 2)), rng.uniform(size=(400, 2))
     y = np.sin(6 * X[:, 0]) + X[:, 1]
-    params = {"alpha": 1e-4, "solver": "cg", "compute_dtype": "float64", "n_features": 256, "block_size": 128,
+    alpha = 5e-5
+    params = {"alpha": alpha, "solver": "cg", "compute_dtype": "float64", "n_features": 256, "block_size": 128,
               "random_state": 0}
     with pytest.warns(RuntimeWarning, match="not positive definite to round-off"):
         est = KernelRidge(preconditioner="landmarks", **params).fit(X, y)
     assert est.n_iter_ < 20
     assert est.convergence_[-1]["indefinite"] is True
     feats = est.model_.features
-    pre = LandmarkPreconditioner(feats, 2, 1e-4, rkhs=True)
+    pre = LandmarkPreconditioner(feats, 2, alpha, rkhs=True)
     first = 256 * np.finfo(np.float64).eps * float(np.trace(landmark_moment(feats, 2)))
     assert pre.floor > 100 * first
-    dense = KernelRidge(alpha=1e-4, solver="exact", compute_dtype="float64").fit(X, y)
+    dense = KernelRidge(alpha=alpha, solver="exact", compute_dtype="float64").fit(X, y)
     exact = dense.predict(Xt)
     np.testing.assert_allclose(KernelRidge(preconditioner="block", **params).fit(X, y).predict(Xt), exact,
                                rtol=0, atol=1e-6 * np.ptp(y))

@@ -24,7 +24,7 @@ from dsgd_dask.engine import passes
 from dsgd_dask.engine.passes import PassRequest, PassView, covariance_request, moment_request, reduce_pass
 from dsgd_dask.features import nystroem
 from dsgd_dask.features.kernels import KernelSpec, kernel_matrix, l1_family_sections
-from dsgd_dask.features.nystroem import NystroemFeatures, kernel_sections
+from dsgd_dask.features.nystroem import NystroemFeatures, kernel_sections, section_operand
 from dsgd_dask.streams.inputs import DataView
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -152,8 +152,8 @@ def test_sections_are_the_kernel_matrix_whatever_the_bands(spec, dtype, monkeypa
     X = rng.normal(size=(rows, 9)).astype(dtype)
     L = rng.normal(size=(cols, 9)).astype(dtype)
     X[4] = 0  # a zero row: the arc-cosine kernel's special case
-    lsq = np.einsum("ij,ij->i", L, L)
-    got = kernel_sections(spec, X, np.ascontiguousarray(L.T), np.sqrt(lsq) if spec.name == "arccos" else lsq)
+    operand = section_operand(spec, L)
+    got = kernel_sections(spec, X, *operand)
     assert got.dtype == np.dtype(dtype)
     assert got.shape == (rows, cols)
     ref = kernel_matrix(spec, X.astype(np.float64), L.astype(np.float64))
@@ -164,7 +164,7 @@ def test_sections_are_the_kernel_matrix_whatever_the_bands(spec, dtype, monkeypa
     assert rows * cols * X.itemsize > 2 * nystroem.BAND_BYTES
     # the elementwise work is the same per entry in any band of rows
     monkeypatch.setattr(nystroem, "BAND_BYTES", 1)
-    again = kernel_sections(spec, X, np.ascontiguousarray(L.T), np.sqrt(lsq) if spec.name == "arccos" else lsq)
+    again = kernel_sections(spec, X, *operand)
     np.testing.assert_array_equal(again, got)
 
 

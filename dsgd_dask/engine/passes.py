@@ -20,9 +20,11 @@ requests and results of the passes the solvers take (:func:`covariance_request` 
 :func:`covariance_times`, :func:`cross_request` and :func:`cross_covariances`,
 :func:`moment_request` and :func:`ridge_moments`, :func:`gram_request` and
 :func:`feature_covariance`). The solvers run it through the pass driver
-(:mod:`dsgd_dask.engine.driver`). Its sums are bit for bit those of the four kernels it
-replaced (``full_pass``, ``cross_pass``, ``ridge_pass``, the rca moments; frozen in
-``tests/_old_kernels.py`` for that comparison).
+(:mod:`dsgd_dask.engine.driver`). It replaced four kernels (``full_pass``, ``cross_pass``,
+``ridge_pass``, the rca moments; frozen in ``tests/_old_kernels.py`` for the comparison):
+its block moments, targets and Gram sums are theirs bit for bit; its products with
+directions and their sums are taken in slices of :data:`PRODUCT_SLICE_ROWS` rows, with
+the sums as the products' column of ones, so they differ from theirs by float32 rounding.
 """
 
 from __future__ import annotations
@@ -46,17 +48,31 @@ SPLIT_EVERY = 4
 SLAB_ROWS = 1 << 15
 
 
-def slice_rows(n_features: int) -> int:
-    """Rows per slice: the slice's raw features fit in :data:`SLICE_FLOATS`."""
-    return int(min(4096, max(128, SLICE_FLOATS // max(n_features, 1))))
+#: Rows per slice of a pass that takes only products with directions and sums: the
+#: skinny products ``u = z V`` and ``z^T [H, 1]`` run at about 1.3 times the rate on a
+#: slice of 1024 rows (16 MiB of features at 4096) as on one of 4096 (64 MiB).
+PRODUCT_SLICE_ROWS = 1024
+#: Columns of the skinny products are padded with zeros to a multiple of this (the float32
+#: lanes of an AVX-512 register): OpenBLAS's kernels take 32 columns faster than 30 or 31.
+LANES = 16
 
 
-def _transposed_products(features, n_blocks: int, buf: np.ndarray, H: np.ndarray, out: np.ndarray,
-                         add=None) -> None:
-    """``out[:M] += buf^T H`` (``H`` in the feature precision), page by page of blocks in parallel threads.
+def slice_rows(n_features: int, products_only: bool = False) -> int:
+    """Rows per slice: the slice's raw features fit in :data:`SLICE_FLOATS`, at most 4096 rows.
 
-    ``add(out, index, part)``, when given, does each page's ``out[index] += part``.
+    ``products_only`` (a pass that takes no block moments, targets or Gram): at most
+    :data:`PRODUCT_SLICE_ROWS` rows.
     """
+    return int(min(PRODUCT_SLICE_ROWS if products_only else 4096, max(128, SLICE_FLOATS // max(n_features, 1))))
+
+
+def _lanes(n: int) -> int:
+    """``n`` rounded up to a multiple of :data:`LANES`."""
+    return -(-int(n) // LANES) * LANES
+
+
+def _transposed_products(features, n_blocks: int, buf: np.ndarray, H: np.ndarray) -> list:
+    """``[(columns, buf[:, columns]^T H)]`` (``H`` in the feature precision), by pages of blocks in parallel threads."""
     m = features.block_size
     spans = _spans(features, n_blocks)
 
@@ -65,11 +81,7 @@ def _transposed_products(features, n_blocks: int, buf: np.ndarray, H: np.ndarray
         return buf[:, b0 * m:b1 * m].T @ H
 
     parts = map_ordered(second, spans, parallel=buf.shape[0] * buf.shape[1] * H.shape[1] >= (1 << 21))
-    for (b0, b1), part in zip(spans, parts, strict=True):
-        if add is None:
-            out[b0 * m:b1 * m] += part
-        else:
-            add(out, slice(b0 * m, b1 * m), part)
+    return [(slice(b0 * m, b1 * m), part) for (b0, b1), part in zip(spans, parts, strict=True)]
 
 
 def _spans(features, n_blocks: int) -> list[tuple[int, int]]:
@@ -122,9 +134,8 @@ class CrossSums:
 # ``z^T H`` with ``H`` the rows' products with directions (``z^T z V``, and the cross
 # products of two views), ``sum z``, each block's ``z_b^T z_b``, ``z^T y`` for targets and
 # the whole ``[z, 1]^T [z, 1]``. One function takes them all over a chunk of rows, slice by
-# slice, with the arithmetic of the kernels it replaces (``full_pass``, ``cross_pass``,
-# ``ridge_pass`` and the rca moments): the same products of the same shapes in the same
-# precision, added in the same order. Row chunks are added as a fixed tree (consecutive
+# slice: the same products of the same shapes in the same precision, added in the same
+# order, wherever the slices are computed. Row chunks are added as a fixed tree (consecutive
 # groups of ``fan_in``, level by level; numpy input as slabs of :data:`SLAB_ROWS` rows, through
 # the same tree), so the totals are the same on any scheduler and any number of workers.
 
@@ -159,11 +170,13 @@ class PassView:
         cancellation).
     directions : ndarray of shape (M, p), optional
         Coefficients in the view's space: the pass forms ``u = z directions`` page by page
-        of blocks (pages added in float64). ``H`` is the ``u`` of every view, side by side.
+        of blocks (pages added in float64; the columns padded with zeros to a multiple of
+        :data:`LANES`). ``H`` is the ``u`` of every view, side by side.
     products : bool, default=False
         Take ``z^T H`` (``M x P``), in the features' precision per slice of rows.
     sums : bool, default=False
-        Take ``sum z`` (float64).
+        Take ``sum z``: with ``products``, as their column of ones (``z^T [H, 1]``, in the
+        features' precision per slice of rows); without, in float64.
     blocks : bool, default=False
         Take each block's ``z_b^T z_b`` (``n_blocks x m x m``).
     targets : slice, optional
@@ -245,7 +258,8 @@ class PassRequest:
                                    int(v.features.block_size) if paged else 0, v.n_features, v.cols,
                                    0 if v.directions is None else int(np.shape(v.directions)[1]),
                                    bool(v.products), bool(v.sums), bool(v.blocks), v.targets, bool(v.gram)))
-        rows = self.rows_per_slice or slice_rows(sum(v.M for v in views))
+        products_only = not any(v.blocks or v.targets is not None or v.gram for v in views)
+        rows = self.rows_per_slice or slice_rows(sum(v.M for v in views), products_only)
         return _Plan(tuple(views), int(rows))
 
 
@@ -386,9 +400,9 @@ def _view_features(v: _ViewPlan, f, x: np.ndarray, coef, shift, index: int = 0):
     ups = f.map_pages(0, v.n_blocks, page, n_rows=rows)
     u = None
     if coef is not None:
-        u = np.zeros((rows, coef.shape[1]))
+        u = np.zeros((rows, v.width))
         for up in ups:
-            u += up
+            u += up[:, :v.width]
     if v.gram:
         z[:, M] = 1
     return z, u
@@ -398,12 +412,24 @@ def _add(target: np.ndarray, index, value) -> None:
     target[index] += value
 
 
-def _view_terms(v: _ViewPlan, f, z: np.ndarray, H, part: np.ndarray, acc: dict, add=_add) -> None:
-    """One slice's sums of one view: each ``acc[name][index] += value`` done as ``add(acc[name], index, value)``."""
+def _view_terms(v: _ViewPlan, f, z: np.ndarray, H, part: np.ndarray, acc: dict, add=_add, index: int = 0) -> None:
+    """One slice's sums of one view: each ``acc[name][index] += value`` done as ``add(acc[name], index, value)``.
+
+    With products, the sums are those of the products' column of ones: ``z^T [H, 1, 0...]``
+    in the features' precision, ``H``'s columns padded to :func:`_lanes`.
+    """
     M = v.M
     if v.products:
-        _transposed_products(f, v.n_blocks, z, H.astype(f.dtype), acc["products"], add)
-    if v.sums:
+        rows, P = H.shape
+        Hs = scratch(f"pass-directions-{index}", (rows, _lanes(P + 1)), f.dtype)
+        Hs[:, :P] = H
+        Hs[:, P] = 1
+        Hs[:, P + 1:] = 0
+        for cols, prod in _transposed_products(f, v.n_blocks, z, Hs):
+            add(acc["products"], cols, prod[:, :P])
+            if v.sums:
+                add(acc["sums"], cols, prod[:, P])
+    elif v.sums:
         add(acc["sums"], slice(None), z[:, :M].sum(axis=0, dtype=np.float64))
     if v.blocks or v.targets is not None:
         m, rows = v.block_size, z.shape[0]
@@ -455,8 +481,8 @@ def request_sums(S: np.ndarray, plan: _Plan, *operands) -> np.ndarray:
             if u is not None:
                 us.append(u)
         H = None if not us else us[0] if len(us) == 1 else np.hstack(us)
-        for v, (f, _, _), z, a in zip(plan.views, groups, zs, acc, strict=True):
-            _view_terms(v, f, z, H, part, a, add)
+        for i, (v, (f, _, _), z, a) in enumerate(zip(plan.views, groups, zs, acc, strict=True)):
+            _view_terms(v, f, z, H, part, a, add, i)
         if H is not None:
             add(hsum, slice(None), H.sum(axis=0))
         return terms
@@ -534,7 +560,11 @@ def reduce_pass(view: DataView, request: PassRequest, feature_key=None, salt: st
     for v in request.views:
         f = v.features
         paged = v.space != "map"
-        coef = None if v.directions is None else np.asarray(v.directions).astype(f.dtype)
+        coef = None
+        if v.directions is not None:  # its columns padded with zeros (:data:`LANES`)
+            D = np.asarray(v.directions)
+            coef = np.zeros((D.shape[0], _lanes(D.shape[1])), dtype=f.dtype)
+            coef[:, :D.shape[1]] = D
         shift = None
         if v.shift is not None:
             shift = np.asarray(v.shift, dtype=f.dtype) if paged else np.asarray(v.shift, dtype=np.float64)
@@ -588,7 +618,7 @@ def covariance_times(totals: PassTotals, features, V: np.ndarray, shift: np.ndar
                      whitening=None) -> PassSums:
     """``Cov(z) V`` (``center``) or ``E[z z^T] V`` and the mean of ``z`` from a :func:`covariance_request`.
 
-    The arithmetic of the old ``full_pass`` on the same sums: the same result, bit for bit.
+    The arithmetic of the old ``full_pass`` on the sums.
     """
     linear = features if whitening is None else whitening
     t, n, p = totals.views[0], totals.n, V.shape[1]
@@ -620,7 +650,7 @@ def cross_request(features: tuple, n_blocks: int, A: np.ndarray, B: np.ndarray, 
 
 
 def cross_covariances(totals: PassTotals, features: tuple, shifts: tuple) -> CrossSums:
-    """The four covariance products of a :func:`cross_request` (the old ``cross_pass``'s arithmetic, bit for bit)."""
+    """The four covariance products of a :func:`cross_request` (the old ``cross_pass``'s arithmetic on the sums)."""
     fx, fy = features
     n = totals.n
     q = totals.directions.shape[0] // 2

@@ -27,67 +27,113 @@ from dsgd_dask.features.bandwidth import DataScale, check_scale
 from dsgd_dask.features.blocks import FeatureBlocks
 from dsgd_dask.features.kernels import KernelSpec, l1_family_sections
 
-#: Bytes of kernel sections taken at once by their elementwise work (half of a core's 1 MiB
-#: L2 cache here): the squared distances, their scaling and exponential of a band of rows
-#: are done while the band is in cache, not in sweeps over every row. One GEMM still forms
-#: all the inner products first (tiling it cost more, in repacked operands, than the sweeps
-#: it saved), and the elementwise work is the same per entry: the sections do not depend on
-#: the band.
+#: Bytes of kernel sections taken at once by their elementwise work (a quarter of a core's
+#: 2 MiB L2 cache here): the clipping and exponential of a band of rows are done while the
+#: band is in cache, not in sweeps over every row. One GEMM still forms the whole slice
+#: first (tiling it cost more, in repacked operands, than the sweeps it saved), and the
+#: elementwise work is the same per entry: the sections do not depend on the band.
 BAND_BYTES = 1 << 19
 
+#: Kernels whose sections are a function of the squared distance, formed by one GEMM.
+DISTANCE_KERNELS = ("gaussian", "matern")
 
-def kernel_sections(spec: KernelSpec, Xp: np.ndarray, Lt: np.ndarray, lsq: np.ndarray | None,
+
+def _distance_scale(spec: KernelSpec) -> float:
+    """``c`` with the sections a function of ``-c |x - l|^2``: ``exp`` of it, or of minus its root (Matérn)."""
+    s2 = spec.bandwidth * spec.bandwidth
+    if spec.name == "gaussian":
+        return 0.5 / s2
+    return {0.5: 1.0, 1.5: 3.0, 2.5: 5.0}[spec.nu] / s2
+
+
+def section_operand(spec: KernelSpec, Lp: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """Prepared landmark rows ``Lp`` as the right-hand operand of :func:`kernel_sections`, with its column data.
+
+    Gaussian and Matérn kernels: ``[2c L, -c, -c |l|^2]^T`` (``(d + 2) x m``, ``c`` from
+    the bandwidth), so that one GEMM with the rows ``[x, |x|^2, 1]`` gives ``-c |x - l|^2``
+    with the norms and the scale folded in; arc-cosine kernels: ``L^T`` and the landmarks'
+    norms; Laplacian and Cauchy kernels: ``L^T``. The norms are taken in float64 and the
+    operand rounded once to the precision of ``Lp``.
+    """
+    Lp = np.asarray(Lp)
+    if spec.name in DISTANCE_KERNELS:
+        c = _distance_scale(spec)
+        L64 = Lp.astype(np.float64, copy=False)
+        op = np.empty((Lp.shape[1] + 2, Lp.shape[0]), dtype=Lp.dtype)
+        np.multiply(L64.T, 2 * c, out=op[:-2], casting="same_kind")
+        op[-2] = -c
+        op[-1] = -c * np.einsum("ij,ij->i", L64, L64)
+        return op, None
+    Lt = np.ascontiguousarray(Lp.T)
+    if spec.name == "arccos":
+        return Lt, np.sqrt(np.einsum("ij,ij->i", Lp, Lp))
+    return Lt, None
+
+
+def kernel_sections(spec: KernelSpec, Xp: np.ndarray, operand: np.ndarray, aux: np.ndarray | None = None,
                     out: np.ndarray | None = None) -> np.ndarray:
-    """``k(X, L)`` in the precision of ``Xp``, from prepared rows ``Xp`` and landmarks ``Lt = L^T``.
+    """``k(X, L)`` in the precision of ``Xp``, from prepared rows and ``operand, aux = section_operand(spec, L)``.
 
-    Gaussian, Matérn and arc-cosine kernels take one GEMM (``lsq`` holds the squared
-    norms of the landmarks, or their norms for arc-cosine), then their elementwise work
-    band by band of rows (:data:`BAND_BYTES`); Laplacian and Cauchy kernels are evaluated
-    in float64 and rounded (:func:`~dsgd_dask.features.kernels.l1_family_sections`).
+    Gaussian and Matérn kernels take one GEMM of the rows ``[x, |x|^2, 1]`` with the
+    operand, which gives ``-c |x - l|^2`` directly; then their elementwise work (a clip at
+    0 against round-off, the exponential) band by band of rows (:data:`BAND_BYTES`).
+    Arc-cosine kernels take one GEMM of the inner products, then their elementwise work
+    from the norms (``aux``), band by band; Laplacian and Cauchy kernels are evaluated in float64 and rounded
+    (:func:`~dsgd_dask.features.kernels.l1_family_sections`).
     """
     name = spec.name
     if name in ("laplacian", "cauchy"):
         if out is None:
-            out = np.empty((Xp.shape[0], Lt.shape[1]), dtype=Xp.dtype)
-        return l1_family_sections(spec, Xp, Lt.T, out)
-    K = np.matmul(Xp, Lt, out=out)
-    if name == "arccos":
-        xn = np.sqrt(np.einsum("ij,ij->i", Xp, Xp)).astype(K.dtype)
-        ln = lsq.astype(K.dtype)
+            out = np.empty((Xp.shape[0], operand.shape[1]), dtype=Xp.dtype)
+        return l1_family_sections(spec, Xp, operand.T, out)
+    if name in DISTANCE_KERNELS:
+        rows, d = Xp.shape
+        if operand.shape[0] != d + 2:
+            raise ValueError(f"the operand of {name} sections has {d + 2} rows for {d} input features "
+                             f"(section_operand), got {operand.shape[0]}")
+        Xa = scratch("sections-rows", (rows, d + 2), Xp.dtype)
+        Xa[:, :d] = Xp
+        np.einsum("ij,ij->i", Xa[:, :d], Xa[:, :d], out=Xa[:, d])
+        Xa[:, d + 1] = 1
+        K = np.matmul(Xa, operand, out=out)
+        elementwise, args = _distance_band, ()
     else:
-        xn, ln = np.einsum("ij,ij->i", Xp, Xp), lsq
+        K = np.matmul(Xp, operand, out=out)
+        xn = np.sqrt(np.einsum("ij,ij->i", Xp, Xp)).astype(K.dtype)
+        elementwise, args = _arccos_band, (aux.astype(K.dtype),)
     band = max(1, BAND_BYTES // max(1, K.shape[1] * K.itemsize))
     for r0 in range(0, K.shape[0], band):
         r1 = r0 + band
-        if name == "arccos":
-            _arccos_band(spec, K[r0:r1], xn[r0:r1], ln)
+        if elementwise is _arccos_band:
+            _arccos_band(spec, K[r0:r1], xn[r0:r1], *args)
         else:
-            _distance_band(spec, K[r0:r1], xn[r0:r1], ln)
+            _distance_band(spec, K[r0:r1])
     return K
 
 
-def _distance_band(spec: KernelSpec, K: np.ndarray, xsq: np.ndarray, lsq: np.ndarray) -> None:
-    """Gaussian or Matérn sections in place of a band of inner products ``x . l``."""
-    dt = K.dtype.type
-    s = spec.bandwidth
-    # squared distances |x|^2 + |l|^2 - 2 x.l, clipped at 0 against round-off
-    K *= dt(-2)
-    K += xsq[:, None]
-    K += lsq
-    np.maximum(K, 0, out=K)
+def _distance_band(spec: KernelSpec, K: np.ndarray) -> None:
+    """Gaussian or Matérn sections in place of a band of ``-c |x - l|^2`` (:func:`section_operand`)."""
+    np.minimum(K, 0, out=K)  # distances clipped at 0 against round-off
     if spec.name == "gaussian":
-        K *= dt(-0.5 / (s * s))
         np.exp(K, out=K)
         return
+    # -c |x - l|^2 = -a^2, a = sqrt(2 nu) |x - l| / sigma
+    np.negative(K, out=K)
     np.sqrt(K, out=K)
-    K *= dt(1 / s)
     if spec.nu == 0.5:
-        K *= dt(-1)
+        np.negative(K, out=K)
         np.exp(K, out=K)
         return
-    a = np.sqrt(dt(3.0) if spec.nu == 1.5 else dt(5.0)) * K
-    poly = 1 + a if spec.nu == 1.5 else 1 + a + a * a / 3
-    np.exp(-a, out=K)
+    poly = scratch("sections-poly", K.shape, K.dtype)
+    if spec.nu == 1.5:
+        np.add(K, 1, out=poly)
+    else:
+        np.multiply(K, K, out=poly)
+        poly *= K.dtype.type(1 / 3)
+        poly += K
+        poly += 1
+    np.negative(K, out=K)
+    np.exp(K, out=K)
     K *= poly
 
 
@@ -209,8 +255,8 @@ class NystroemFeatures(FeatureBlocks):
         out = np.zeros((n_blocks, m, m))
         with one_blas_thread():
             for j in range(n_blocks):
-                Lp, lsq = self._prepare_landmarks(self.landmarks[j * m:(j + 1) * m])
-                K = kernel_sections(self.kernel, Lp, np.ascontiguousarray(Lp.T), lsq).astype(np.float64)
+                Lp = self.prepare(self.landmarks[j * m:(j + 1) * m])
+                K = kernel_sections(self.kernel, Lp, *section_operand(self.kernel, Lp)).astype(np.float64)
                 root = inverse_sqrt(0.5 * (K + K.T), self.dtype, entrywise=True)
                 out[j][:, m - root.shape[1]:] = root  # zero columns beyond the rank
         return out
@@ -229,24 +275,19 @@ class NystroemFeatures(FeatureBlocks):
     def clear_cache(self) -> None:
         self._prepared = None
 
-    def _prepare_landmarks(self, L: np.ndarray):
-        Lp = self.prepare(L)
-        if self.kernel.name == "arccos":
-            lsq = np.sqrt(np.einsum("ij,ij->i", Lp, Lp))
-        else:
-            lsq = np.einsum("ij,ij->i", Lp, Lp)
-        return Lp, lsq
-
     def _pages(self):
-        """Per page: landmarks ``L^T`` (d x columns), their squared norms, whitenings (prepared once)."""
+        """Per page: the landmarks as the sections' operand and its column data (:func:`section_operand`), whitenings.
+
+        Prepared once per feature set (not pickled).
+        """
         if self._prepared is None:
             m, bpp = self.block_size, self.blocks_per_page
             pages = []
             for first in range(0, self.max_blocks, bpp):
                 last = min(first + bpp, self.max_blocks)
-                Lp, lsq = self._prepare_landmarks(self.landmarks[first * m:last * m])
+                operand, aux = section_operand(self.kernel, self.prepare(self.landmarks[first * m:last * m]))
                 norm = self.normalization[first:last].astype(self.dtype) if self.whiten else None
-                pages.append((np.ascontiguousarray(Lp.T), lsq, norm))
+                pages.append((operand, aux, norm))
             self._prepared = pages
         return self._prepared
 
@@ -256,10 +297,11 @@ class NystroemFeatures(FeatureBlocks):
         return self.n_features_in + (self.block_size if self.whiten else 0)
 
     def _page(self, p: int, lo: int, hi: int, stop_block: int):
-        """Landmarks ``L^T``, their squared norms and whitenings of blocks ``lo`` to ``hi`` of page ``p``."""
+        """The sections' operand, its column data and the whitenings of blocks ``lo`` to ``hi`` of page ``p``."""
         m = self.block_size
-        lt, lsq, norm = self._pages()[p]
-        return lt[:, lo * m:hi * m], lsq[lo * m:hi * m], None if norm is None else norm[lo:hi]
+        operand, aux, norm = self._pages()[p]
+        return (operand[:, lo * m:hi * m], None if aux is None else aux[lo * m:hi * m],
+                None if norm is None else norm[lo:hi])
 
     def map_pages(self, start_block: int, stop_block: int, fn, n_rows: int = 0) -> list:
         if stop_block > self.max_blocks:
@@ -271,8 +313,8 @@ class NystroemFeatures(FeatureBlocks):
 
     def raw(self, Xp: np.ndarray, page, out=None) -> np.ndarray:
         """Kernel sections ``k(x, L)`` of prepared inputs on the landmarks of a page."""
-        lt, lsq, _ = page
-        return kernel_sections(self.kernel, Xp, lt, lsq, out=out)
+        operand, aux, _ = page
+        return kernel_sections(self.kernel, Xp, operand, aux, out=out)
 
     def apply(self, Xp: np.ndarray, page, out=None) -> np.ndarray:
         """Whitened features ``k(x, L_j) N_j`` of prepared inputs, block by block of a page (or the sections)."""
@@ -302,11 +344,7 @@ class NystroemFeatures(FeatureBlocks):
         if self.center is not None:
             rows = np.subtract(rows, self.center, dtype=np.float64)
             cols = np.subtract(cols, self.center, dtype=np.float64)
-        if self.kernel.name == "arccos":
-            lsq = np.sqrt(np.einsum("ij,ij->i", cols, cols))
-        else:
-            lsq = np.einsum("ij,ij->i", cols, cols)
-        return kernel_sections(self.kernel, np.ascontiguousarray(rows), np.ascontiguousarray(cols.T), lsq)
+        return kernel_sections(self.kernel, np.ascontiguousarray(rows), *section_operand(self.kernel, cols))
 
     def _blockwise(self, a: np.ndarray, transpose: bool) -> np.ndarray:
         if not self.whiten:
