@@ -13,8 +13,9 @@ float32 rows of 784 uniform random pixels, for every kernel family and ``M`` in
 
 Its rate (flops counted as ``2 n M (d + 2 p)``) is set against the float32 GEMM rate of a
 4096 x 4096 by 4096 x 4096 product on all cores (best of three), measured in the same
-run just before each pass. Laplacian and Cauchy sections have no GEMM (an L1 distance,
-a product over the input features): their passes take ``l1_slices`` slices of rows of
+run just before each pass; the pass's time is the best of ``repeats`` (three) too, all
+of them in the JSON. Laplacian and Cauchy sections have no GEMM (an L1 distance, a
+product over the input features): their passes take ``l1_slices`` slices of rows of
 the pass (:func:`~dsgd_dask.engine.passes.slice_rows`), one per worker, and their
 fraction of the roofline is the same flop count over the same GEMM rate.
 
@@ -32,6 +33,7 @@ Run ``python benchmarks/bench_roofline.py`` (``--quick`` for a smoke run in seco
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -59,11 +61,12 @@ class Params:
     families: tuple = tuple(FAMILIES)
     gemm_size: int = 4096
     workers: int = 2
+    repeats: int = 3
     seed: int = 0
 
 
 PARAMS = Params()
-QUICK = replace(PARAMS, n_rows=4096, n_features_in=64, budgets=(256,), gemm_size=512)
+QUICK = replace(PARAMS, n_rows=4096, n_features_in=64, budgets=(256,), gemm_size=512, repeats=1)
 
 
 def gemm_rate(size: int) -> float:
@@ -130,12 +133,16 @@ def main(argv=None) -> dict:
             cases.append({"family": family, "M": M, "n": n, "features": features, "V": V, "shift": shift})
 
     def timed(fn):
+        """The pass's result, its best time of ``repeats`` (as the GEMM's), all times, and the foreign load."""
         def once():
-            t0 = time.perf_counter()
-            out = fn()
-            return out, time.perf_counter() - t0
-        (out, seconds), info = run_clean(once, attempts=1, wait=False)
-        return out, seconds, info["foreign_cores"]
+            times = []
+            for _ in range(p.repeats):
+                t0 = time.perf_counter()
+                out = fn()
+                times.append(time.perf_counter() - t0)
+            return out, times
+        (out, times), info = run_clean(once, attempts=1, wait=False)
+        return out, min(times), times, info["foreign_cores"]
 
     rows, sums = [], {}
     name = args.name or ("roofline_quick" if args.quick else "roofline")
@@ -145,9 +152,10 @@ def main(argv=None) -> dict:
     def write(payload):
         path.write_text(json.dumps(_jsonable(payload), indent=2) + "\n")
 
-    def record(case, scheduler, seconds, gemm, foreign):
+    def record(case, scheduler, seconds, times, gemm, foreign):
         flops = 2 * case["n"] * case["M"] * (d + 2 * q)
         row = {"family": case["family"], "M": case["M"], "n": case["n"], "scheduler": scheduler, "seconds": seconds,
+               "all_seconds": times,
                "gflops": flops / seconds / 1e9, "gemm_gflops": gemm / 1e9, "fraction": flops / seconds / gemm,
                "foreign_cores": foreign}
         rows.append(row)
@@ -166,13 +174,14 @@ def main(argv=None) -> dict:
 
         reduce_pass(as_view(data[:256]), covariance_request(case["features"], 1, case["V"], case["shift"]))  # warm
         gemm = gemm_rate(p.gemm_size)
-        totals, seconds, foreign = timed(one_pass)
+        totals, seconds, times, foreign = timed(one_pass)
         sums[(case["family"], case["M"], "threads")] = totals
-        record(case, "threads", seconds, gemm, foreign)
+        record(case, "threads", seconds, times, gemm, foreign)
     # on a cluster of single-threaded workers: two row chunks held by the workers
     with LocalCluster(n_workers=p.workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             Client(cluster) as client:
         config["workers"] = client.run(blas_config)
+        repeats = itertools.count()
         for case in cases:
             n = case["n"]
             chunk = -(-n // p.workers)
@@ -181,16 +190,17 @@ def main(argv=None) -> dict:
             key = client.scatter(case["features"], broadcast=True, hash=False)
 
             def one_pass(case=case, view=view, key=key):
+                # each repeat under new task names: the scheduler would answer a repeat of the same keys at once
                 return reduce_pass(view, covariance_request(case["features"], 1, case["V"], case["shift"]),
-                                   lambda f: key)
+                                   lambda f: key, salt=f"repeat-{next(repeats)}")
 
             # warm: imports, thread pools, the features prepared on each worker (small chunks on both)
             small = as_view(da.from_array(data[:64 * p.workers * 4], chunks=(64, d)))
             reduce_pass(small, covariance_request(case["features"], 1, case["V"], case["shift"]),
                         lambda f, key=key: key)
             gemm = gemm_rate(p.gemm_size)
-            totals, seconds, foreign = timed(one_pass)
-            record(case, "cluster", seconds, gemm, foreign)
+            totals, seconds, times, foreign = timed(one_pass)
+            record(case, "cluster", seconds, times, gemm, foreign)
             if chunk == SLAB_ROWS:  # the numpy rows were cut alike
                 ref = sums[(case["family"], case["M"], "threads")]
             elif args.quick:  # the same chunks on the local threaded scheduler
