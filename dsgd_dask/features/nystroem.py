@@ -78,8 +78,8 @@ def kernel_sections(spec: KernelSpec, Xp: np.ndarray, operand: np.ndarray, aux: 
     operand, which gives ``-c |x - l|^2`` directly; then their elementwise work (a clip at
     0 against round-off, the exponential) band by band of rows (:data:`BAND_BYTES`).
     Arc-cosine kernels take one GEMM of the inner products, then their elementwise work
-    from the norms (``aux``), band by band; Laplacian and Cauchy kernels are evaluated in float64 and rounded
-    (:func:`~dsgd_dask.features.kernels.l1_family_sections`).
+    from the norms (``aux``), band by band; Laplacian and Cauchy kernels are evaluated in
+    float64 and rounded (:func:`~dsgd_dask.features.kernels.l1_family_sections`).
     """
     name = spec.name
     if name in ("laplacian", "cauchy"):
@@ -96,16 +96,15 @@ def kernel_sections(spec: KernelSpec, Xp: np.ndarray, operand: np.ndarray, aux: 
         np.einsum("ij,ij->i", Xa[:, :d], Xa[:, :d], out=Xa[:, d])
         Xa[:, d + 1] = 1
         K = np.matmul(Xa, operand, out=out)
-        elementwise, args = _distance_band, ()
     else:
         K = np.matmul(Xp, operand, out=out)
         xn = np.sqrt(np.einsum("ij,ij->i", Xp, Xp)).astype(K.dtype)
-        elementwise, args = _arccos_band, (aux.astype(K.dtype),)
+        ln = aux.astype(K.dtype)
     band = max(1, BAND_BYTES // max(1, K.shape[1] * K.itemsize))
     for r0 in range(0, K.shape[0], band):
         r1 = r0 + band
-        if elementwise is _arccos_band:
-            _arccos_band(spec, K[r0:r1], xn[r0:r1], *args)
+        if name == "arccos":
+            _arccos_band(spec, K[r0:r1], xn[r0:r1], ln)
         else:
             _distance_band(spec, K[r0:r1])
     return K
