@@ -133,7 +133,7 @@ def test_requests_are_checked():
         PassRequest((PassView(f, products=True),))
 
 
-# -- the kernel against the kernels it replaces: bit for bit ------------------------------------
+# -- the kernel against the kernels it replaces: bit for bit, or to float32 rounding --------------
 @pytest.fixture(scope="module")
 def old_kernel_case():
     S = _data(9000, seed=3).astype("float32")
