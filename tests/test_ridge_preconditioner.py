@@ -330,13 +330,13 @@ def test_float64_blocks_near_round_off_stop_with_a_warning():
     # that up (the factorisation used to fail); a higher floor does. The conjugate gradients
     # then meet a direction of non-positive curvature: they stop there with a warning instead of
     # running every pass without moving. Whether and where they stop depends on the rounding of
-    # the kernel sections and the BLAS kernels: at alpha = 5e-5, after 9 passes at a relative
-    # residual of 1.0e-5 with OpenBLAS's SkylakeX kernels and of 8.9e-6 with
+    # the kernel sections and the BLAS kernels: at alpha = 5e-5, after 7 passes at a relative
+    # residual of 2.3e-4 with OpenBLAS's SkylakeX kernels and of 2.5e-4 with
     # OPENBLAS_CORETYPE=Haswell (at 1e-4 the sections' rounding now leaves the system definite
     # and the gradients converge). The last iterate is then within 5e-3 of the targets' range
-    # of the exact kernel ridge (measured 5.3e-5 and 2.2e-5), which the block-Jacobi solve
+    # of the exact kernel ridge (measured 5.8e-4 and 5.9e-4), which the block-Jacobi solve
     # matches to 1e-6 here, and its R² on the training rows within 1e-4 of the exact one's
-    # (measured 1.8e-7 and 1.2e-7).
+    # (measured 6.2e-6 and 4.6e-6).
     rng = np.random.default_rng(0)
     X, Xt = rng.uniform(size=(800, 2)), rng.uniform(size=(400, 2))
     y = np.sin(6 * X[:, 0]) + X[:, 1]
