@@ -120,12 +120,13 @@ def main(argv=None) -> dict:
         p = replace(p, budgets=tuple(args.budgets))
     d, q = p.n_features_in, p.directions
     rng = np.random.default_rng(p.seed)
-    data = rng.random((max(p.n_rows, *(p.l1_slices * slice_rows(M) for M in p.budgets)), d), dtype=np.float32)
+    l1_rows = {M: p.l1_slices * slice_rows(M, products_only=True) for M in p.budgets}  # one slice per worker
+    data = rng.random((max(p.n_rows, *l1_rows.values()), d), dtype=np.float32)
     cases = []
     for family in p.families:
         spec = KernelSpec(family, bandwidth(family, d), **FAMILIES[family])
         for M in p.budgets:
-            n = p.l1_slices * slice_rows(M) if family in ("laplacian", "cauchy") else p.n_rows
+            n = l1_rows[M] if family in ("laplacian", "cauchy") else p.n_rows
             landmarks = data[np.sort(rng.choice(len(data), M, replace=False))].astype(np.float64)
             features = NystroemFeatures(spec, landmarks, M, p.seed, "float32", whiten=False)
             V = rng.standard_normal((M, q))
