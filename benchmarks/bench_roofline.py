@@ -134,7 +134,7 @@ def main(argv=None) -> dict:
             cases.append({"family": family, "M": M, "n": n, "features": features, "V": V, "shift": shift})
 
     def timed(fn):
-        """The pass's result, its best time of ``repeats`` (as the GEMM's), all times, and the foreign load."""
+        """The pass's result, its ``repeats`` times, and the foreign load."""
         def once():
             times = []
             for _ in range(p.repeats):
@@ -143,7 +143,7 @@ def main(argv=None) -> dict:
                 times.append(time.perf_counter() - t0)
             return out, times
         (out, times), info = run_clean(once, attempts=1, wait=False)
-        return out, min(times), times, info["foreign_cores"]
+        return out, times, info["foreign_cores"]
 
     rows, sums = [], {}
     name = args.name or ("roofline_quick" if args.quick else "roofline")
@@ -153,8 +153,9 @@ def main(argv=None) -> dict:
     def write(payload):
         path.write_text(json.dumps(_jsonable(payload), indent=2) + "\n")
 
-    def record(case, scheduler, seconds, times, gemm, foreign):
+    def record(case, scheduler, times, gemm, foreign):
         flops = 2 * case["n"] * case["M"] * (d + 2 * q)
+        seconds = min(times)  # the best of the repeats, as the GEMM's
         row = {"family": case["family"], "M": case["M"], "n": case["n"], "scheduler": scheduler, "seconds": seconds,
                "all_seconds": times,
                "gflops": flops / seconds / 1e9, "gemm_gflops": gemm / 1e9, "fraction": flops / seconds / gemm,
@@ -175,9 +176,9 @@ def main(argv=None) -> dict:
 
         reduce_pass(as_view(data[:256]), covariance_request(case["features"], 1, case["V"], case["shift"]))  # warm
         gemm = gemm_rate(p.gemm_size)
-        totals, seconds, times, foreign = timed(one_pass)
+        totals, times, foreign = timed(one_pass)
         sums[(case["family"], case["M"], "threads")] = totals
-        record(case, "threads", seconds, times, gemm, foreign)
+        record(case, "threads", times, gemm, foreign)
     # on a cluster of single-threaded workers: two row chunks held by the workers
     with LocalCluster(n_workers=p.workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             Client(cluster) as client:
@@ -200,8 +201,8 @@ def main(argv=None) -> dict:
             reduce_pass(small, covariance_request(case["features"], 1, case["V"], case["shift"]),
                         lambda f, key=key: key)
             gemm = gemm_rate(p.gemm_size)
-            totals, seconds, times, foreign = timed(one_pass)
-            record(case, "cluster", seconds, times, gemm, foreign)
+            totals, times, foreign = timed(one_pass)
+            record(case, "cluster", times, gemm, foreign)
             if chunk == SLAB_ROWS:  # the numpy rows were cut alike
                 ref = sums[(case["family"], case["M"], "threads")]
             elif args.quick:  # the same chunks on the local threaded scheduler
