@@ -25,6 +25,11 @@ data home). None of them is used by the ``defaults`` comparison.
 
 Run ``python pipelines/recipe_steps.py [--datasets NAME ...]``; writes ``recipe_steps.json`` and
 ``recipe_steps.md`` in ``--out`` (default ``pipelines/results/recipe_steps``).
+
+``--eta0 E [E ...]`` measures the step size instead: each classifier with its defaults but
+``eta0``, one fit on all the training rows per value, scored on the test rows (a smaller
+step shrinks what each new block adds, as a learning rate shrinks boosting's trees); it
+writes ``recipe_eta0.json`` and ``recipe_eta0.md``.
 """
 
 from __future__ import annotations
@@ -100,6 +105,30 @@ def study(name: str, estimator: str, X, y, Xt, yt, steps) -> dict:
             "stop": {"steps": best["steps"], "test_kept": best["test_80"], "test_refit": best["test_all"]}}
 
 
+def eta0_study(name: str, estimator: str, X, y, Xt, yt, values) -> dict:
+    """The test score and fit time of the defaults at every ``eta0`` of ``values``."""
+    import dsgd_dask
+
+    cls = getattr(dsgd_dask, estimator)
+    scores = []
+    for eta0 in values:
+        t0 = time.perf_counter()
+        est = cls(random_state=SEED, eta0=eta0).fit(X, y)
+        scores.append({"eta0": eta0, "steps": int(est.n_iter_), "test": float(est.score(Xt, yt)),
+                       "seconds": time.perf_counter() - t0})
+    return {"dataset": name, "estimator": estimator, "rows": len(X), "scores": scores}
+
+
+def eta0_table(records: list) -> str:
+    values = [s["eta0"] for s in records[0]["scores"]]
+    lines = ["| dataset (training rows) | classifier | steps | " + " | ".join(f"eta0={v:g}: test" for v in values)
+             + " |", "|---|---|---|" + "---|" * len(values)]
+    for r in records:
+        lines.append(f"| {r['dataset']} ({r['rows']:,}) | {r['estimator']}() | {r['scores'][0]['steps']} | "
+                     + " | ".join(f"{s['test']:.4f}" for s in r["scores"]) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def table(records: list) -> str:
     lines = ["| dataset (training rows) | classifier | defaults: steps, test | stop: steps | stop, model kept: test "
              "| stop, refitted: test | held-out score by steps |", "|---|---|---|---|---|---|---|"]
@@ -118,17 +147,24 @@ def main(argv=None) -> None:
                         help="default: all but mnist (10,000 MNIST training digits)")
     parser.add_argument("--data-home", default=None)
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "recipe_steps")
+    parser.add_argument("--eta0", nargs="+", type=float, default=None,
+                        help="measure these step sizes with the default steps instead of the stop")
     args = parser.parse_args(argv)
     records = []
     for name in args.datasets:
         data = load(name, args.data_home)
         for estimator in CLASSIFIERS:
-            records.append(study(name, estimator, *data, MNIST_STEPS if name == "mnist" else STEPS))
-            print(table(records[-1:]).splitlines()[-1], flush=True)
+            if args.eta0:
+                records.append(eta0_study(name, estimator, *data, args.eta0))
+                print(eta0_table(records[-1:]).splitlines()[-1], flush=True)
+            else:
+                records.append(study(name, estimator, *data, MNIST_STEPS if name == "mnist" else STEPS))
+                print(table(records[-1:]).splitlines()[-1], flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "recipe_steps.json").write_text(json.dumps(records, indent=1))
-    (args.out / "recipe_steps.md").write_text(table(records))
-    print(table(records))
+    stem, render = ("recipe_eta0", eta0_table) if args.eta0 else ("recipe_steps", table)
+    (args.out / f"{stem}.json").write_text(json.dumps(records, indent=1))
+    (args.out / f"{stem}.md").write_text(render(records))
+    print(render(records))
 
 
 if __name__ == "__main__":
