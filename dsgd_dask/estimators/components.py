@@ -243,6 +243,10 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
         """Whether this fit runs a pass solver (checkpointed by the pass driver, not by the step engine)."""
         return False
 
+    def _sample_size(self, p: dict) -> int:
+        """Rows of the seeded sample of a fit by steps (:data:`N_SAMPLE`)."""
+        return N_SAMPLE
+
     def _solve(self, view: DataView, callback, checkpointer) -> None:
         """Fit the initialised functions: the steps, then the final rotation on the sample.
 
@@ -275,7 +279,7 @@ class ComponentStepEstimator(StepEstimatorMixin, BaseEstimator):
         p["whitening"] = self._steps_whitening(p)
         self._params = p
         self.seed_ = self._seed(self.random_state) if seed is None else seed
-        sample = sample_rows(view, N_SAMPLE, self.seed_)
+        sample = sample_rows(view, self._sample_size(p), self.seed_)
         cols = self._columns()
         n_views = len(self._views)
         specs = self._view_kernels(sample)

@@ -71,6 +71,10 @@ def default_reg_grid() -> np.ndarray:
     return log_grid(1e-8, 1.0, 2)
 
 
+#: ``preconditioner="sample"``: the fit's sample has at least this many rows per feature of a
+#: block (32,768 rows for blocks of 4096), so that each block's covariance is measured on
+#: several times as many rows as it has features.
+SAMPLE_ROWS_PER_FEATURE = 8
 #: Largest side of the whitened cross-covariance whose top singular vectors come from the
 #: eigenvectors of its smaller Gram matrix (LAPACK, any multiplicity); above it, ARPACK.
 GRAM_SIDE = 2048
@@ -782,7 +786,8 @@ class KernelCCA(ChosenRidge, _TwoViewEstimator):
         epsilon |A_t|^2`` instead of ``||f||_H^2``: the pairs of the other solvers as
         ``reg`` goes to 0 (the small ridges where the plain steps do not converge), not
         at larger ridges. ``"sample"``: ``C`` is the block's covariance on the fit's sample
-        of 10,000 rows instead of the batch's, measured and factored once per block (in
+        (10,000 rows, or 8 per feature of a block if that is more: 32,768 for blocks of
+        4096) instead of the batch's, measured and factored once per block (in
         each process that runs steps) and reused by every step that feeds the block: a
         metric of full rank when the batch is narrower than the block, and no ``B m^2``
         moment per step, for ``n_blocks m^2`` float64 numbers per view in memory (334 MB
@@ -808,7 +813,8 @@ class KernelCCA(ChosenRidge, _TwoViewEstimator):
     ----------
     correlations_ : ndarray of shape (n_components,)
         The regularised canonical correlations ``rho_i``, decreasing (``"dsgd"``: on the
-        fit sample of 10,000 rows; the other solvers: on all rows).
+        fit sample, 10,000 rows or more with ``preconditioner="sample"``; the other
+        solvers: on all rows).
     reg_ : float
         The ridge of the fit: ``reg``, or the value ``reg="auto"`` chose.
     reg_grid_ : ndarray of shape (n_reg,)
@@ -844,7 +850,7 @@ class KernelCCA(ChosenRidge, _TwoViewEstimator):
     through ``J`` blocks, the fixed points solve the problem above with ``reg`` on
     ``J |A|^2``, the norm in the RKHS of the blocks' average kernel ``z z^T / J``. At the
     end the pairs are rotated to the canonical pairs of the ``k x k`` problem on a seeded
-    sample of 10,000 rows from every chunk, and scaled so that
+    sample of 10,000 rows from every chunk (more with ``preconditioner="sample"``), and scaled so that
     ``Var f_i + reg ||f_i||^2 = 1``. Fourier blocks are independent draws: their average
     kernel is the random-feature kernel of ``"rca"`` with the same blocks. One Nyström
     block (``n_features <= 1024`` by default, or ``block_size=n_features``) represents the
@@ -1042,6 +1048,12 @@ class KernelCCA(ChosenRidge, _TwoViewEstimator):
         self._n_features_out = k
 
     # -- the steps ("dsgd") --------------------------------------------------------------------
+    def _sample_size(self, p: dict) -> int:
+        """Rows of the sample: ``preconditioner="sample"`` takes :data:`SAMPLE_ROWS_PER_FEATURE` per block feature."""
+        if self.preconditioner == "sample":
+            return max(N_SAMPLE, SAMPLE_ROWS_PER_FEATURE * int(p["block_size"]))
+        return N_SAMPLE
+
     def _make_rule(self, columns, guard_limit: float):
         sample, rows = None, getattr(self, "_sample", None)
         if self.preconditioner == "sample" and rows is not None:  # a loaded model has no sample: no steps
