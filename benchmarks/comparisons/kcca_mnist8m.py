@@ -150,7 +150,8 @@ def fit_steps(XL, XR, cfg: dict, k: int, reg: float, score_of, curves: dict) -> 
     return {"method": name, "rows": XL.shape[0], "features": n_features, **fitted,
             "raw_correlation_sum": budget.curve[-1 - (not budget.stopped)]["correlation_sum"],
             "raw_heldout_sum": budget.curve[-1 - (not budget.stopped)]["heldout_sum"],
-            "seconds": seconds, "peak_rss_gib": mem.peak / 2**30, "stopped": stop}
+            "seconds": seconds, "peak_rss_gib": mem.peak / 2**30, "stopped": stop,
+            "sample_rows": min(XL.shape[0], est._sample_size(est._params))}
 
 
 def training_rows(X, y, held: np.ndarray, rows: int | None):
@@ -302,7 +303,8 @@ def measure(ctx) -> Report:
                      f"({side} the paper's {PAPER_STEPS}, {same}, scored the same way); "
                      f"{r['correlation_sum']:.2f} on the MNIST test digits. The fitted model: {raw} "
                      f"({r['raw_heldout_sum']:.2f} and {r['raw_correlation_sum']:.2f}, the curve's last "
-                     "point) rotated to the canonical pairs of their span on the fit's 10,000-row sample. "
+                     f"point) rotated to the canonical pairs of their span on the fit's {r['sample_rows']:,}-row "
+                     "sample. "
                      + (f"The curve first reached {PAPER_STEPS} after {reached['n']:,} steps "
                         f"({reached['seconds']:.0f} s)." if reached else f"The curve never reached {PAPER_STEPS}."))
     notes += [
