@@ -150,18 +150,23 @@ def main(argv=None) -> None:
     parser.add_argument("--eta0", nargs="+", type=float, default=None,
                         help="measure these step sizes with the default steps instead of the stop")
     args = parser.parse_args(argv)
+    if args.eta0:
+        stem, render = "recipe_eta0", eta0_table
+
+        def measure(name, estimator, data):
+            return eta0_study(name, estimator, *data, args.eta0)
+    else:
+        stem, render = "recipe_steps", table
+
+        def measure(name, estimator, data):
+            return study(name, estimator, *data, MNIST_STEPS if name == "mnist" else STEPS)
     records = []
     for name in args.datasets:
         data = load(name, args.data_home)
         for estimator in CLASSIFIERS:
-            if args.eta0:
-                records.append(eta0_study(name, estimator, *data, args.eta0))
-                print(eta0_table(records[-1:]).splitlines()[-1], flush=True)
-            else:
-                records.append(study(name, estimator, *data, MNIST_STEPS if name == "mnist" else STEPS))
-                print(table(records[-1:]).splitlines()[-1], flush=True)
+            records.append(measure(name, estimator, data))
+            print(render(records[-1:]).splitlines()[-1], flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    stem, render = ("recipe_eta0", eta0_table) if args.eta0 else ("recipe_steps", table)
     (args.out / f"{stem}.json").write_text(json.dumps(records, indent=1))
     (args.out / f"{stem}.md").write_text(render(records))
     print(render(records))
