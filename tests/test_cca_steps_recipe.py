@@ -160,22 +160,22 @@ def test_sample_preconditioned_model_is_the_same_on_threads(halves):
 
 
 def test_sample_preconditioner_measures_wide_blocks_on_eight_rows_per_feature():
-    """Blocks of 1536 features: 12,288 sample rows (8 per feature) instead of the 10,000 of other fits."""
+    """Blocks of 1280 features: 10,240 sample rows (8 per feature) instead of the 10,000 of other fits."""
     from dsgd_dask.estimators.components import N_SAMPLE
     from dsgd_dask.estimators.two_view import SAMPLE_ROWS_PER_FEATURE
 
     rng = np.random.default_rng(0)
-    t = rng.normal(size=(14_000, 1))
-    A = np.hstack([t, rng.normal(size=(14_000, 2))])
-    B = np.hstack([np.sin(t), rng.normal(size=(14_000, 2))])
-    params = dict(solver="dsgd", features="fourier", n_features=3072, block_size=1536, batch_size=256, max_iter=2,
-                  random_state=0)
+    t = rng.normal(size=(12_000, 1))
+    A = np.hstack([t, rng.normal(size=(12_000, 2))])
+    B = np.hstack([np.sin(t), rng.normal(size=(12_000, 2))])
+    params = dict(solver="dsgd", features="fourier", n_features=1280, block_size=1280, batch_size=256, max_iter=1,
+                  reg=1e-3, random_state=0)
     est = KernelCCA(2, preconditioner="sample", **params).fit(A, B)
     rows = [r.shape[0] for r in est._rule.sample.rows]
-    assert rows == [SAMPLE_ROWS_PER_FEATURE * 1536] * 2 == [12_288] * 2
-    assert est._sample_size({"block_size": 1536}) > N_SAMPLE
+    assert rows == [SAMPLE_ROWS_PER_FEATURE * 1280] * 2 == [10_240] * 2
+    assert est._sample_size({"block_size": 1280}) > N_SAMPLE
     plain = KernelCCA(2, preconditioner="block", **params)
-    assert plain._sample_size({"block_size": 1536}) == N_SAMPLE
+    assert plain._sample_size({"block_size": 1280}) == N_SAMPLE
     narrow = KernelCCA(2, preconditioner="sample", **{**params, "n_features": 1024, "block_size": 512})
     assert narrow._sample_size({"block_size": 512}) == N_SAMPLE  # 8 x 512 rows are fewer than 10,000
 
