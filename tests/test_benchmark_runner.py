@@ -87,6 +87,11 @@ def test_quick_run_writes_consistent_results(name, tmp_path, stores):
             assert re.match(r'Kernel\w+\(solver="\w+"\)', r["method"]) or r["method"].startswith("scikit-learn "), \
                 r["method"]
 
+    for note in payload["notes"]:  # a verdict names one of the two results it compares
+        if " is ahead, by " in note:
+            compared, verdict = note.rsplit(": ", 1)
+            assert verdict.split(" is ahead, by ")[0] in compared, note
+
     table = paths["md"].read_text()
     assert COMPARISONS[name].title in table
     assert "--quick" in table
@@ -180,3 +185,13 @@ def test_qm7_exact_ridge_on_many_rows_is_kernel_ridge(kind):
         kernel(kind, cdist(F, F, METRIC[kind]), bandwidth), target)
     expected = np.mean([ref.predict(kernel(kind, cdist(T, F, METRIC[kind]), bandwidth)) for T in tests], axis=0)
     np.testing.assert_allclose(pred, expected, rtol=1e-8, atol=1e-8 * np.abs(expected).max())
+
+
+def test_verdict_names_the_result_ahead_or_says_level():
+    from benchmarks.comparisons.pipelines import _verdict
+
+    assert _verdict(32.0, 30.0, True, "peer", "ours") == "ours is ahead, by 6.7%"
+    assert _verdict(30.0, 32.0, True, "peer", "ours") == "peer is ahead, by 6.7%"
+    assert _verdict(1.0, 2.0, False, "peer", "ours") == "ours is ahead, by 50.0%"  # of the loser's value
+    assert _verdict(5.9701, 5.97, False, "peer", "ours") == "ours and peer are level"  # a gap that prints as 0.0 %
+    assert _verdict(0.0, 0.0, False, "peer", "ours") == "ours and peer are level"
