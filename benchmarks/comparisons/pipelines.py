@@ -68,17 +68,20 @@ def _in_process(ctx, fn, *args, **kwargs):
         return pool.submit(fn, *args, **kwargs).result()
 
 
-def _verdict(dsgd: float, peer: float, higher_is_better: bool, peer_name: str, ours: str) -> str:
+def _verdict(ours_value: float, peer_value: float, higher_is_better: bool, peer_name: str, ours: str) -> str:
     """Who is ahead, ours (named ``ours``) or the peer, and by how much (relative to the loser's value).
 
     A gap that rounds to 0.0 % is level.
     """
-    dsgd_ahead = (dsgd > peer) == higher_is_better
-    loser = peer if dsgd_ahead else dsgd
-    gap = abs(dsgd - peer) / abs(loser) if loser else float("inf") if dsgd != peer else 0.0
+    ours_ahead = (ours_value > peer_value) == higher_is_better
+    loser = peer_value if ours_ahead else ours_value
+    if ours_value == peer_value:
+        gap = 0.0
+    else:
+        gap = abs(ours_value - peer_value) / abs(loser) if loser else float("inf")
     if gap < 0.0005:
         return f"{ours} and {peer_name} are level"
-    return f"{ours if dsgd_ahead else peer_name} is ahead, by {gap:.1%}"
+    return f"{ours if ours_ahead else peer_name} is ahead, by {gap:.1%}"
 
 
 def _s(seconds: float) -> str:
