@@ -4,7 +4,8 @@
 of 2048 and batches of 1024 rows (Xie, Liang & Song 2015) on the left and right 392-pixel
 halves of the 60,000 MNIST training digits (shuffled once), for ``--steps`` steps; after
 every chunk of steps the top-50 correlation sum of the raw functions, and of the same
-functions after a linear CCA on 10,000 training rows, on the 10,000 test digits (or, with
+functions after a linear CCA on 10,000 training rows (with ``--store``, drawn at random from
+all its training rows), on the 10,000 test digits (or, with
 ``--validation``, on 10,000 training digits held out from the other 50,000). With
 ``--store PATH`` (an MNIST8M-like store, ``pipelines/mnist8m_store.py``) the steps draw their
 batches from the whole store instead, less the 10,000 rows that the ``kcca-mnist8m``
@@ -48,6 +49,8 @@ LEFT = np.array([r * 28 + c for r in range(28) for c in range(14)])
 RIGHT = LEFT + 14
 #: Seeds of the store rows ``kcca-mnist8m`` holds out, and of the validation rows of ``--store``.
 HELDOUT_SEED, VALIDATION_SEED = 2, 3
+#: Seed of the store's training rows on which the rotated sum's linear CCA is fitted.
+ROTATION_SEED = 5
 
 
 def run(preconditioner: str | None, eta0: float, steps: int = 300, jitter: float = 0.1, reg: float = 1e-7,
@@ -65,7 +68,7 @@ def run(preconditioner: str | None, eta0: float, steps: int = 300, jitter: float
     if store is not None:
         X, T = store_rows(store)
         XL, XR = X[:, LEFT], X[:, RIGHT]
-        first = np.asarray(X[:10_000])
+        first = np.asarray(X[rotation_rows(X.shape[0])])
         every = chunk_steps
     else:
         X, _ = load_mnist("train", data_home=data_home)
@@ -159,6 +162,17 @@ def store_rows(path, n: int = 10_000):
     keep[np.union1d(held, val)] = False
     X = X.astype(np.float32) / np.float32(255)
     return X[keep], np.asarray(X[val])
+
+
+def rotation_rows(n: int, size: int = 10_000) -> np.ndarray:
+    """Sorted indices of ``size`` training rows drawn at random (seeded) for the rotated sum's linear CCA.
+
+    Drawn from all of a store's training rows: its first rows are the undeformed digits,
+    and a rotation fitted on them leaves variates correlated with each other on the
+    deformed validation rows (up to 0.32 after 520 steps, against 0.04 for rows drawn from
+    all), so that their paired correlations overstate the sum.
+    """
+    return np.sort(np.random.default_rng(ROTATION_SEED).choice(n, min(size, n), replace=False))
 
 
 def main(argv=None) -> None:

@@ -220,3 +220,16 @@ def test_store_validation_rows_leave_out_the_comparisons_held_out_rows(tmp_path)
     assert np.intersect1d(checked, held).size == 0
     np.testing.assert_array_equal(val, pixels[checked].astype(np.float32) / np.float32(255))
     np.testing.assert_array_equal(train, pixels[np.sort(seen)].astype(np.float32) / np.float32(255))
+
+
+def test_store_rotation_rows_are_drawn_from_all_training_rows():
+    """The rotated sum's linear CCA is fitted on rows drawn from the whole store, not on its first (undeformed) rows."""
+    from pipelines.mnist_halves_steps import rotation_rows
+
+    rows = rotation_rows(8_090_000)
+    assert rows.size == np.unique(rows).size == 10_000
+    assert np.all(np.diff(rows) > 0)
+    assert rows.min() < 8_090_000 // 100
+    assert rows.max() > 8_090_000 * 99 // 100
+    assert np.mean(rows < 60_000) < 0.02  # about 60,000 / 8,090,000 of them among the undeformed digits
+    np.testing.assert_array_equal(rotation_rows(300), np.arange(300))  # a store smaller than the draw: every row
