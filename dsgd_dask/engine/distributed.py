@@ -10,8 +10,9 @@ on a worker too.
 
 The plan and the arithmetic are those of the local loop, so the result does not depend on
 the scheduler or the number of workers. A lost worker costs the re-run of the tasks
-since the last state the client holds (the start, or the last checkpoint or callback):
-the result does not change.
+since the last state the client holds (the start, or the last checkpoint or callback),
+and the scatter again of the feature sets if it held their last copy (the scheduler may
+drop the broadcast's other copies): the result does not change.
 """
 
 from __future__ import annotations
@@ -19,8 +20,11 @@ from __future__ import annotations
 import warnings
 from collections import deque
 from concurrent.futures import CancelledError
+from functools import partial
 
-from dask.graph_manipulation import clone
+import dask
+import dask.array as da
+import numpy as np
 
 from dsgd_dask.engine.parallel import apply_sums, part_sums, reduce_parts
 from dsgd_dask.engine.steps import StepState, after_step, check_slab, run_chunk, run_with_restarts, step_target
@@ -70,14 +74,45 @@ def update_task(state: StepState, t: int, features, rule, cfg, *parts) -> StepSt
     return after_step(state, coef, t, cfg)
 
 
-def _chunk(view, c: int, replay: int):
-    """Dask chunk ``c`` of the rows; in a re-run after a lost worker or a failed read, under new names.
+def _futures(refs):
+    """The futures in ``refs``: scattering a tuple gives a tuple of futures."""
+    for ref in refs:
+        if isinstance(ref, (tuple, list)):
+            yield from _futures(ref)
+        else:
+            yield ref
 
-    The scheduler may still hold the input tasks that failed and would answer their old
-    names with the same error.
+
+def _compute_alone(block):
+    """A chunk's own graph, computed inside the task that holds it (no task of it reaches the scheduler)."""
+    return block.compute(scheduler="sync")
+
+
+def renamed(data, seed: str):
+    """The dask array ``data`` under new task names: the same chunks and values, each chunk one new task.
+
+    A re-run after a lost worker or a failed read needs new names: the scheduler may still
+    hold the input tasks that failed and would answer their old names with the same error.
+    Each new task computes its chunk's own (optimised) graph on the worker, synchronously.
+    ``dask.graph_manipulation.clone`` would rename the graph instead, but its clones of
+    rechunked or blockwise graphs fail to fuse (``ValueError: Cannot fuse tasks with
+    multiple outputs``, dask issue 12455). Anything but a dask array is returned as it is.
     """
+    if not isinstance(data, da.Array):
+        return data
+    name = f"{seed}-{dask.base.tokenize(data, seed)}"
+    parts = np.empty(data.numblocks, dtype=object)
+    for index in np.ndindex(*data.numblocks):
+        (block,) = dask.optimize(data.blocks[index])  # the chunk's own tasks alone
+        read = dask.delayed(partial(_compute_alone, block))(dask_key_name="-".join(map(str, (name, *index))))
+        parts[index] = da.from_delayed(read, shape=block.shape, meta=data._meta)
+    return da.block(parts.tolist())
+
+
+def _chunk(view, c: int, replay: int):
+    """Dask chunk ``c`` of the rows; in a re-run after a lost worker or a failed read, under new names."""
     block = view.data.blocks[c]
-    return block if replay == 0 else clone(block, seed=f"dsgd-replay-{replay}")
+    return block if replay == 0 else renamed(block, f"dsgd-replay-{replay}")
 
 
 def _submit(client, state, task, view, refs, max_restarts: int, replay: int = 0):
@@ -110,9 +145,13 @@ def run_plan_distributed(client, state: StepState, view, tasks, features, rule, 
     called on the client with the steps of the tasks completed since the last call.
     """
     lost = _lost_errors()
-    features_ref = client.scatter(features, broadcast=True, hash=False)
-    rule_ref = client.scatter(rule, broadcast=True, hash=False)
-    refs = (features_ref, rule_ref, cfg)
+
+    def scattered():
+        # on every worker; the scheduler may keep fewer copies later, so a lost worker can take the last one
+        return (client.scatter(features, broadcast=True, hash=False), client.scatter(rule, broadcast=True, hash=False),
+                cfg)
+
+    refs = scattered()
     tasks = iter(tasks)
     anchor, since = state, []  # the last state the client holds, and the tasks run from it
     running: deque = deque()  # (task, future of the state after it)
@@ -122,11 +161,16 @@ def run_plan_distributed(client, state: StepState, view, tasks, features, rule, 
     replays = 0
 
     def replay(err):
-        nonlocal current, replays
+        nonlocal current, replays, refs
         replays += 1
         if replays > MAX_REPLAYS:
             raise err
         running.clear()
+        again = ""
+        if any(future.status != "finished" for future in _futures(refs[:2])):
+            refs, again = scattered(), "; the feature sets and the rule, lost with it, are scattered again"
+        warnings.warn(f"the steps after step {anchor.step} lost a worker or a read ({type(err).__name__}: {err}); they "
+                      f"run again from there{again}", RuntimeWarning, stacklevel=4)
         current = anchor
         for task in since:
             current = _submit(client, current, task, view, refs, max_restarts, replays)

@@ -33,11 +33,10 @@ from typing import Protocol
 
 import dask
 import numpy as np
-from dask.graph_manipulation import clone
 
 from dsgd_dask._threads import one_blas_thread
 from dsgd_dask.engine.checkpoint import PassCheckpoint
-from dsgd_dask.engine.distributed import MAX_REPLAYS, _lost_errors, active_client
+from dsgd_dask.engine.distributed import MAX_REPLAYS, _lost_errors, active_client, renamed
 from dsgd_dask.engine.passes import PassRequest, PassTotals, reduce_pass
 from dsgd_dask.progress import pass_bar
 from dsgd_dask.streams.inputs import DataView
@@ -154,13 +153,13 @@ class _FeatureKeys:
 def _reduce(view: DataView, request: PassRequest, keys: _FeatureKeys, index: int) -> PassTotals:
     """One pass; on a cluster, run again (with new task names) when it loses a worker, up to ``MAX_REPLAYS`` times.
 
-    A pass run again also reads its rows under new names (:func:`dask.graph_manipulation.clone`):
-    the scheduler may still hold the input tasks that failed with the worker, and would
-    answer their old names with the same error.
+    A pass run again also reads its rows under new names
+    (:func:`~dsgd_dask.engine.distributed.renamed`): the scheduler may still hold the input
+    tasks that failed with the worker, and would answer their old names with the same error.
     """
     lost = _lost_errors() if keys.client is not None else ()
     for attempt in range(MAX_REPLAYS + 1):
-        rows = view if attempt == 0 else replace(view, data=clone(view.data, seed=f"dsgd-replay-{index}-{attempt}"))
+        rows = view if attempt == 0 else replace(view, data=renamed(view.data, f"dsgd-replay-{index}-{attempt}"))
         try:
             return reduce_pass(rows, request, keys, salt=f"{index}-{attempt}")
         except lost as err:
