@@ -277,21 +277,26 @@ def test_killed_worker_leaves_the_kcca_fit_unchanged(stores, kcca_reference):
 
     with worker_cluster(2) as cluster, Client(cluster) as client:
         victim = sorted(client.run(os.getpid).values())[0]
-        started = threading.Event()
+        done, killed, lock = threading.Event(), threading.Event(), threading.Lock()
 
         def kill_when_running():
-            # kill a worker once the first chunk tasks of steps are on the cluster
-            while not started.is_set():
+            # kill a worker once the first chunk tasks of steps are on the cluster, never after the fit
+            while not done.is_set():
                 keys = client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.tasks))
                 if any(str(k).startswith("dsgd-step-") for k in keys):
-                    started.set()
-                    os.kill(victim, signal.SIGKILL)
+                    with lock:
+                        if not done.is_set():
+                            os.kill(victim, signal.SIGKILL)
+                            killed.set()
+                    return
 
         watcher = threading.Thread(target=kill_when_running, daemon=True)
         watcher.start()
         model = KernelCCA(3, **CLUSTER).fit(*stores)
-        started.set()
+        with lock:
+            done.set()
         watcher.join(timeout=10)
+        assert killed.is_set()  # the worker died during the fit
     for a, b in zip(model.models_, kcca_reference.models_, strict=True):
         np.testing.assert_array_equal(a.coef, b.coef)
 
