@@ -51,6 +51,18 @@ def test_shift_by_center_is_equivalent():
     assert err < 0.02
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_one_input_feature_gives_the_products_blas_gives(dtype):
+    # one input column: the features take the products without a BLAS call, bit for bit the same
+    spec = KernelSpec("gaussian", 0.7)
+    feats = RandomFeatures(spec, 1, 64, seed=4, dtype=dtype)
+    X = np.random.default_rng(3).normal(size=(37, 1))
+    Xp = feats.prepare(X)
+    w, b = feats._page(0, 0, 3, 3)
+    expected = np.cos(np.matmul(Xp, w) + b) * feats.dtype.type(np.sqrt(2.0 / 64))
+    np.testing.assert_array_equal(feats.apply(Xp, (w, b)), expected)
+
+
 def test_blocks_independent_of_order_and_cache():
     spec = KernelSpec("matern", 0.9, nu=2.5)
     cached = RandomFeatures(spec, 5, 32, seed=11)
