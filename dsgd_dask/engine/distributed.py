@@ -17,6 +17,7 @@ drop the broadcast's other copies): the result does not change.
 
 from __future__ import annotations
 
+import uuid
 import warnings
 from collections import deque
 from concurrent.futures import CancelledError
@@ -74,13 +75,34 @@ def update_task(state: StepState, t: int, features, rule, cfg, *parts) -> StepSt
     return after_step(state, coef, t, cfg)
 
 
-def _futures(refs):
-    """The futures in ``refs``: scattering a tuple gives a tuple of futures."""
-    for ref in refs:
-        if isinstance(ref, (tuple, list)):
-            yield from _futures(ref)
-        else:
-            yield ref
+class Scattered:
+    """The graph key of each object of a fit (a feature set, a step rule).
+
+    Under a client the object is scattered to every worker once, and again when its
+    future is no longer finished: the scheduler may keep fewer copies than the broadcast
+    made, and a lost worker can take the last one. Without a client, a delayed of it.
+    """
+
+    def __init__(self, client):
+        self.client = client
+        self.scatters = 0  # objects scattered so far, those scattered again included
+        self._keys: dict[int, tuple] = {}  # id -> (object, key): the object is kept alive with its key
+
+    def __call__(self, obj):
+        from distributed import futures_of
+
+        entry = self._keys.get(id(obj))
+        if entry is None or (self.client is not None and any(f.status != "finished" for f in futures_of(entry[1]))):
+            if self.client is not None:
+                key = self.client.scatter(obj, broadcast=True, hash=False)
+                self.scatters += 1
+            else:
+                key = dask.delayed(obj, name=f"dsgd-features-{uuid.uuid4().hex}", traverse=False)
+            entry = self._keys[id(obj)] = (obj, key)
+        return entry[1]
+
+    def release(self) -> None:
+        self._keys.clear()
 
 
 def _compute_alone(block):
@@ -145,13 +167,8 @@ def run_plan_distributed(client, state: StepState, view, tasks, features, rule, 
     called on the client with the steps of the tasks completed since the last call.
     """
     lost = _lost_errors()
-
-    def scattered():
-        # on every worker; the scheduler may keep fewer copies later, so a lost worker can take the last one
-        return (client.scatter(features, broadcast=True, hash=False), client.scatter(rule, broadcast=True, hash=False),
-                cfg)
-
-    refs = scattered()
+    keys = Scattered(client)
+    refs = (keys(features), keys(rule), cfg)
     tasks = iter(tasks)
     anchor, since = state, []  # the last state the client holds, and the tasks run from it
     running: deque = deque()  # (task, future of the state after it)
@@ -166,9 +183,9 @@ def run_plan_distributed(client, state: StepState, view, tasks, features, rule, 
         if replays > MAX_REPLAYS:
             raise err
         running.clear()
-        again = ""
-        if any(future.status != "finished" for future in _futures(refs[:2])):
-            refs, again = scattered(), "; the feature sets and the rule, lost with it, are scattered again"
+        scatters = keys.scatters
+        refs = (keys(features), keys(rule), cfg)
+        again = "; the feature sets and the rule, lost with it, are scattered again" if keys.scatters > scatters else ""
         warnings.warn(f"the steps after step {anchor.step} lost a worker or a read ({type(err).__name__}: {err}); they "
                       f"run again from there{again}", RuntimeWarning, stacklevel=4)
         current = anchor

@@ -25,18 +25,16 @@ pass (:func:`record`).
 from __future__ import annotations
 
 import time
-import uuid
 import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-import dask
 import numpy as np
 
 from dsgd_dask._threads import one_blas_thread
 from dsgd_dask.engine.checkpoint import PassCheckpoint
-from dsgd_dask.engine.distributed import MAX_REPLAYS, _lost_errors, active_client, renamed
+from dsgd_dask.engine.distributed import MAX_REPLAYS, Scattered, _lost_errors, active_client, renamed
 from dsgd_dask.engine.passes import PassRequest, PassTotals, reduce_pass
 from dsgd_dask.progress import pass_bar
 from dsgd_dask.streams.inputs import DataView
@@ -129,28 +127,7 @@ class PassRun:
     converged: bool
 
 
-class _FeatureKeys:
-    """The graph key of each feature set of a fit: scattered to every worker once under a client, else delayed."""
-
-    def __init__(self, client):
-        self.client = client
-        self._keys: dict[int, tuple] = {}  # id -> (feature set, key): the set is kept alive with its key
-
-    def __call__(self, features):
-        entry = self._keys.get(id(features))
-        if entry is None or (self.client is not None and entry[1].status != "finished"):  # lost with its workers
-            if self.client is not None:
-                key = self.client.scatter(features, broadcast=True, hash=False)
-            else:
-                key = dask.delayed(features, name=f"dsgd-features-{uuid.uuid4().hex}", traverse=False)
-            entry = self._keys[id(features)] = (features, key)
-        return entry[1]
-
-    def release(self) -> None:
-        self._keys.clear()
-
-
-def _reduce(view: DataView, request: PassRequest, keys: _FeatureKeys, index: int) -> PassTotals:
+def _reduce(view: DataView, request: PassRequest, keys: Scattered, index: int) -> PassTotals:
     """One pass; on a cluster, run again (with new task names) when it loses a worker, up to ``MAX_REPLAYS`` times.
 
     A pass run again also reads its rows under new names
@@ -231,7 +208,7 @@ def run_passes(solver: PassSolver, view: DataView, max_iter: int, *, callback=No
     model = getattr(solver, "model", None)
     label = str(getattr(solver, "measure_name", "measure"))
     shown = label if label not in ("n_passes", "change", "estimated_error", "rows") else f"{label} "
-    keys = _FeatureKeys(active_client() if view.is_dask else None)
+    keys = Scattered(active_client() if view.is_dask else None)
     bar = pass_bar(max_iter, desc=desc) if verbose else nullcontext()
     try:
         with one_blas_thread(), bar as progress:
