@@ -9,7 +9,10 @@ float32 rows of 784 uniform random pixels, for every kernel family and ``M`` in
 * on threads: numpy input, the package's own threads (every core of the machine);
 * on a ``distributed.LocalCluster`` of 2 single-threaded worker processes: the same rows
   as a dask array of two row chunks held by the workers (``persist``), the feature set
-  scattered once.
+  scattered once;
+* on one BLAS thread (``one thread``), by the CPU seconds of the process, against the
+  flops per CPU-second of the same GEMM on one thread: what other work on the machine
+  cannot hide (its ``seconds`` are CPU seconds).
 
 Its rate (flops counted as ``2 n M (d + 2 p)``) is set against the float32 GEMM rate of a
 4096 x 4096 by 4096 x 4096 product on all cores (best of three), measured in the same
@@ -20,7 +23,8 @@ the pass (:func:`~dsgd_dask.engine.passes.slice_rows`), one per worker, and thei
 fraction of the roofline is the same flop count over the same GEMM rate.
 
 The JSON records threadpoolctl's BLAS configuration, the ``OPENBLAS_*`` environment and
-the load other processes put on the machine during each pass (``foreign_cores``). The
+the load other processes put on the machine during each pass (``foreign_cores``; none for
+the CPU seconds on one thread). The
 sums of the two schedulers are compared bit for bit (``identical_to_threads``) where both
 cut the rows alike (two row chunks of :data:`~dsgd_dask.engine.passes.SLAB_ROWS` rows);
 ``--quick`` compares the cluster's with those of the local threaded scheduler on the
@@ -83,6 +87,23 @@ def gemm_rate(size: int) -> float:
     return 2 * size**3 / best
 
 
+def gemm_cpu_rate(size: int) -> float:
+    """float32 flops per CPU-second of the same product on one BLAS thread (best of three)."""
+    from threadpoolctl import threadpool_limits
+
+    rng = np.random.default_rng(0)
+    a = rng.random((size, size), dtype=np.float32)
+    b = rng.random((size, size), dtype=np.float32)
+    with threadpool_limits(limits=1, user_api="blas"):
+        a @ b
+        best = np.inf
+        for _ in range(3):
+            t0 = time.process_time()
+            a @ b
+            best = min(best, time.process_time() - t0)
+    return 2 * size**3 / best
+
+
 def bandwidth(family: str, d: int) -> float:
     """The median distance of uniform random rows in ``[0, 1)^d``: L1 ``d / 3``, Euclidean ``sqrt(d / 6)``."""
     return d / 3 if family == "laplacian" else float(np.sqrt(d / 6))
@@ -100,6 +121,7 @@ def main(argv=None) -> dict:
     import dask
     import dask.array as da
     from distributed import Client, LocalCluster
+    from threadpoolctl import threadpool_limits
 
     from dsgd_dask.engine.passes import SLAB_ROWS, covariance_request, reduce_pass, slice_rows
     from dsgd_dask.features.kernels import KernelSpec
@@ -161,9 +183,10 @@ def main(argv=None) -> dict:
                "gflops": flops / seconds / 1e9, "gemm_gflops": gemm / 1e9, "fraction": flops / seconds / gemm,
                "foreign_cores": foreign}
         rows.append(row)
-        print(f"{row['family']:>9} M={row['M']:>5} n={row['n']:>6} {scheduler:>8}: {seconds:7.2f} s "
-              f"{row['gflops']:6.1f} GF/s, GEMM {row['gemm_gflops']:6.1f} GF/s, fraction {row['fraction']:.2f} "
-              f"(foreign cores {foreign:.2f})", flush=True)
+        load = "" if foreign is None else f" (foreign cores {foreign:.2f})"
+        print(f"{row['family']:>9} M={row['M']:>5} n={row['n']:>6} {scheduler:>10}: {seconds:7.2f} s "
+              f"{row['gflops']:6.1f} GF/s, GEMM {row['gemm_gflops']:6.1f} GF/s, fraction {row['fraction']:.2f}"
+              f"{load}", flush=True)
         write({"params": asdict(p), "blas": config, "rows": rows, "complete": False})  # a stopped run keeps its rows
 
     config = {"client": blas_config()}
@@ -179,6 +202,17 @@ def main(argv=None) -> dict:
         totals, times, foreign = timed(one_pass)
         sums[(case["family"], case["M"], "threads")] = totals
         record(case, "threads", times, gemm, foreign)
+    # on one BLAS thread, in CPU seconds
+    for case in cases:
+        view = as_view(data[:case["n"]])
+        gemm = gemm_cpu_rate(p.gemm_size)
+        times = []
+        with threadpool_limits(limits=1, user_api="blas"):
+            for _ in range(p.repeats):
+                t0 = time.process_time()
+                reduce_pass(view, covariance_request(case["features"], 1, case["V"], case["shift"]))
+                times.append(time.process_time() - t0)
+        record(case, "one thread", times, gemm, None)
     # on a cluster of single-threaded workers: two row chunks held by the workers
     with LocalCluster(n_workers=p.workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             Client(cluster) as client:
@@ -217,13 +251,15 @@ def main(argv=None) -> dict:
                     and np.array_equal(totals.views[0].sums, ref.views[0].sums)
                     and np.array_equal(totals.directions, ref.directions))
             del X, key
-    table = ["| kernel | M | rows | threads: s | GF/s | fraction | cluster: s | GF/s | fraction |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    table = ["| kernel | M | rows | threads: s | GF/s | fraction | cluster: s | GF/s | fraction "
+             "| one thread: CPU s | fraction |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for case in cases:
-        t, c = (next(r for r in rows if r["family"] == case["family"] and r["M"] == case["M"]
-                     and r["scheduler"] == s) for s in ("threads", "cluster"))
+        t, c, o = (next(r for r in rows if r["family"] == case["family"] and r["M"] == case["M"]
+                        and r["scheduler"] == s) for s in ("threads", "cluster", "one thread"))
         table.append(f"| {case['family']} | {case['M']} | {case['n']} | {t['seconds']:.2f} | {t['gflops']:.0f} | "
-                     f"{t['fraction']:.2f} | {c['seconds']:.2f} | {c['gflops']:.0f} | {c['fraction']:.2f} |")
+                     f"{t['fraction']:.2f} | {c['seconds']:.2f} | {c['gflops']:.0f} | {c['fraction']:.2f} | "
+                     f"{o['seconds']:.2f} | {o['fraction']:.2f} |")
     print("\n".join(table))
     payload = {"params": asdict(p), "machine": machine_info(), "blas": config, "rows": rows, "table": table,
                "complete": True}

@@ -197,7 +197,7 @@ def test_quick_roofline_run_writes_consistent_results(tmp_path):
     saved = json.loads((tmp_path / "roofline_quick.json").read_text())
     p = bench.QUICK
     assert {(r["family"], r["M"], r["scheduler"]) for r in saved["rows"]} == {
-        (f, M, s) for f in bench.FAMILIES for M in p.budgets for s in ("threads", "cluster")}
+        (f, M, s) for f in bench.FAMILIES for M in p.budgets for s in ("threads", "cluster", "one thread")}
     for r in saved["rows"]:
         assert r["seconds"] > 0
         assert r["gemm_gflops"] > 0

@@ -272,6 +272,7 @@ def test_killed_worker_leaves_the_kcca_fit_unchanged(stores, kcca_reference):
     import os
     import signal
     import threading
+    import time
 
     from distributed import Client
 
@@ -289,6 +290,7 @@ def test_killed_worker_leaves_the_kcca_fit_unchanged(stores, kcca_reference):
                             os.kill(victim, signal.SIGKILL)
                             killed.set()
                     return
+                time.sleep(0.01)
 
         watcher = threading.Thread(target=kill_when_running, daemon=True)
         watcher.start()

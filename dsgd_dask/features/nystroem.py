@@ -38,30 +38,34 @@ BAND_BYTES = 1 << 19
 DISTANCE_KERNELS = ("gaussian", "matern")
 
 
-#: ``log2(e)``: the sections take ``exp(t)`` as ``exp2(t log2(e))``, the factor folded into
-#: the GEMM's operand; NumPy's float32 ``exp2`` takes half the time of its ``exp`` here, and
-#: is as accurate (within 2 ulp).
-LOG2E = 1.4426950408889634
-
-
 def _distance_scale(spec: KernelSpec) -> float:
-    """``c`` with the sections a function of ``-c |x - l|^2``, in base 2.
+    """``c`` with the sections a function of ``-c |x - l|^2``.
 
-    Gaussian: ``exp2(-c |x - l|^2)`` with ``c = log2(e) / (2 sigma^2)``; Matérn: of
-    ``a' = sqrt(c) |x - l|`` with ``c = log2(e)^2 2 nu / sigma^2``, so that ``a' = log2(e) a``
-    for the ``a = sqrt(2 nu) |x - l| / sigma`` of :func:`~dsgd_dask.features.kernels.kernel_matrix`.
+    Gaussian: ``exp(-c |x - l|^2)`` with ``c = 1 / (2 sigma^2)``; Matérn: of
+    ``a = sqrt(c) |x - l|`` with ``c = 2 nu / sigma^2``, the ``a`` of
+    :func:`~dsgd_dask.features.kernels.kernel_matrix`.
     """
     s2 = spec.bandwidth * spec.bandwidth
     if spec.name == "gaussian":
-        return LOG2E * 0.5 / s2
-    return LOG2E * LOG2E * {0.5: 1.0, 1.5: 3.0, 2.5: 5.0}[spec.nu] / s2
+        return 0.5 / s2
+    return {0.5: 1.0, 1.5: 3.0, 2.5: 5.0}[spec.nu] / s2
+
+
+def _exponent_floor(dtype) -> float:
+    """``log`` of the smallest normal number of ``dtype``: the exponentials are taken at or above it.
+
+    Below it NumPy's ``exp`` leaves its vector path for subnormal results (several times
+    slower per entry); a section that small (below 1.2e-38 in float32) is taken as that
+    number, which no sum of sections can tell from 0.
+    """
+    return float(np.log(np.finfo(dtype).tiny))
 
 
 def section_operand(spec: KernelSpec, Lp: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     """Prepared landmark rows ``Lp`` as the right-hand operand of :func:`kernel_sections`, with its column data.
 
     Gaussian and Matérn kernels: ``[2c L, -c, -c |l|^2]^T`` (``(d + 2) x m``, ``c`` from
-    the bandwidth, in base 2: :func:`_distance_scale`), so that one GEMM with the rows
+    the bandwidth: :func:`_distance_scale`), so that one GEMM with the rows
     ``[x, |x|^2, 1]`` gives ``-c |x - l|^2`` with the norms and the scale folded in;
     arc-cosine kernels: ``L^T`` and the landmarks' norms; Laplacian and Cauchy kernels:
     ``L^T``. The norms are taken in float64 and the operand rounded once to the precision
@@ -88,7 +92,7 @@ def kernel_sections(spec: KernelSpec, Xp: np.ndarray, operand: np.ndarray, aux: 
 
     Gaussian and Matérn kernels take one GEMM of the rows ``[x, |x|^2, 1]`` with the
     operand, which gives ``-c |x - l|^2`` directly; then their elementwise work (a clip at
-    0 against round-off, ``exp2``) band by band of rows (:data:`BAND_BYTES`).
+    0 against round-off, ``exp``) band by band of rows (:data:`BAND_BYTES`).
     Arc-cosine kernels take one GEMM of the inner products, then their elementwise work
     from the norms (``aux``), band by band; Laplacian and Cauchy kernels are evaluated in
     float64 and rounded (:func:`~dsgd_dask.features.kernels.l1_family_sections`).
@@ -125,30 +129,31 @@ def kernel_sections(spec: KernelSpec, Xp: np.ndarray, operand: np.ndarray, aux: 
 def _distance_band(spec: KernelSpec, K: np.ndarray) -> None:
     """Gaussian or Matérn sections in place of a band of ``-c |x - l|^2`` (:func:`section_operand`)."""
     dt = K.dtype.type
-    np.minimum(K, dt(0), out=K)  # distances clipped at 0 against round-off
+    floor = _exponent_floor(K.dtype)
     if spec.name == "gaussian":
-        np.exp2(K, out=K)
+        # one clip, at 0 against round-off and at the exponent floor: NumPy's clip to two
+        # scalar bounds takes less than half the time of its minimum with one here
+        np.clip(K, dt(floor), dt(0), out=K)
+        np.exp(K, out=K)
         return
-    # -c |x - l|^2 = -a'^2 with a' = log2(e) a: exp(-a) = exp2(-a')
+    # -c |x - l|^2 = -a^2
+    np.clip(K, dt(-floor * floor), dt(0), out=K)
     np.negative(K, out=K)
     np.sqrt(K, out=K)
     if spec.nu == 0.5:
         np.negative(K, out=K)
-        np.exp2(K, out=K)
+        np.exp(K, out=K)
         return
     poly = scratch("sections-poly", K.shape, K.dtype)
-    ln2 = 1 / LOG2E
     if spec.nu == 1.5:  # 1 + a
-        np.multiply(K, dt(ln2), out=poly)
-        poly += dt(1)
+        np.add(K, dt(1), out=poly)
     else:  # 1 + a (1 + a / 3)
-        np.multiply(K, dt(ln2 / 3), out=poly)
+        np.multiply(K, dt(1 / 3), out=poly)
         poly += dt(1)
         poly *= K
-        poly *= dt(ln2)
         poly += dt(1)
     np.negative(K, out=K)
-    np.exp2(K, out=K)
+    np.exp(K, out=K)
     K *= poly
 
 
