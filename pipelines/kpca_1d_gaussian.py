@@ -18,7 +18,7 @@ angle between the estimated and the true top-3 functions on held-out points. Xie
 * ``kpca_1d_gaussian.json``: parameters, timings, the potential curve, its log-log slope
   over the second half of the run, and the eigenvalues vs the closed form.
 
-Run ``python pipelines/kpca_1d_gaussian.py`` (about a minute on two cores) or
+Run ``python pipelines/kpca_1d_gaussian.py`` (one to two minutes on two cores) or
 ``--size paper`` for the paper's 1M points and 262,144 features (much longer).
 """
 
@@ -371,7 +371,7 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="results/kpca_1d", help="output folder (default: results/kpca_1d)")
     parser.add_argument("--size", choices=sorted(SIZES), default="default",
-                        help="preset sizes and step sizes (default: default, about a minute); "
+                        help="preset sizes and step sizes (default: default, one to two minutes); "
                         "paper = 1M points, 262,144 features (much longer)")
     parser.add_argument("--n-samples", type=int, help="rows of data (overrides --size)")
     parser.add_argument("--n-features", type=int, help="random-feature budget (overrides --size)")
