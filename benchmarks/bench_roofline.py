@@ -73,17 +73,17 @@ PARAMS = Params()
 QUICK = replace(PARAMS, n_rows=4096, n_features_in=64, budgets=(256,), gemm_size=512, repeats=1)
 
 
-def gemm_rate(size: int) -> float:
-    """float32 flop/s of a ``size x size`` by ``size x size`` product on all cores (best of three)."""
+def gemm_rate(size: int, clock=time.perf_counter) -> float:
+    """float32 flops per second of ``clock`` of a ``size``-square product on all cores (best of three)."""
     rng = np.random.default_rng(0)
     a = rng.random((size, size), dtype=np.float32)
     b = rng.random((size, size), dtype=np.float32)
     a @ b
     best = np.inf
     for _ in range(3):
-        t0 = time.perf_counter()
+        t0 = clock()
         a @ b
-        best = min(best, time.perf_counter() - t0)
+        best = min(best, clock() - t0)
     return 2 * size**3 / best
 
 
@@ -91,17 +91,8 @@ def gemm_cpu_rate(size: int) -> float:
     """float32 flops per CPU-second of the same product on one BLAS thread (best of three)."""
     from threadpoolctl import threadpool_limits
 
-    rng = np.random.default_rng(0)
-    a = rng.random((size, size), dtype=np.float32)
-    b = rng.random((size, size), dtype=np.float32)
     with threadpool_limits(limits=1, user_api="blas"):
-        a @ b
-        best = np.inf
-        for _ in range(3):
-            t0 = time.process_time()
-            a @ b
-            best = min(best, time.process_time() - t0)
-    return 2 * size**3 / best
+        return gemm_rate(size, time.process_time)
 
 
 def bandwidth(family: str, d: int) -> float:
