@@ -146,6 +146,10 @@ def main(argv=None) -> dict:
             shift = np.zeros(M)
             cases.append({"family": family, "M": M, "n": n, "features": features, "V": V, "shift": shift})
 
+    def request(case):
+        """The pass of a case: ``Cov(z) V`` and the mean of ``z``."""
+        return covariance_request(case["features"], 1, case["V"], case["shift"])
+
     def timed(fn):
         """The pass's result, its ``repeats`` times, and the foreign load."""
         def once():
@@ -186,9 +190,9 @@ def main(argv=None) -> dict:
         view = as_view(data[:case["n"]])
 
         def one_pass(case=case, view=view):
-            return reduce_pass(view, covariance_request(case["features"], 1, case["V"], case["shift"]))
+            return reduce_pass(view, request(case))
 
-        reduce_pass(as_view(data[:256]), covariance_request(case["features"], 1, case["V"], case["shift"]))  # warm
+        reduce_pass(as_view(data[:256]), request(case))  # warm
         gemm = gemm_rate(p.gemm_size)
         totals, times, foreign = timed(one_pass)
         sums[(case["family"], case["M"], "threads")] = totals
@@ -201,7 +205,7 @@ def main(argv=None) -> dict:
         with threadpool_limits(limits=1, user_api="blas"):
             for _ in range(p.repeats):
                 t0 = time.process_time()
-                reduce_pass(view, covariance_request(case["features"], 1, case["V"], case["shift"]))
+                reduce_pass(view, request(case))
                 times.append(time.process_time() - t0)
         record(case, "one thread", times, gemm, None)
     # on a cluster of single-threaded workers: two row chunks held by the workers
@@ -218,13 +222,11 @@ def main(argv=None) -> dict:
 
             def one_pass(case=case, view=view, key=key):
                 # each repeat under new task names: the scheduler would answer a repeat of the same keys at once
-                return reduce_pass(view, covariance_request(case["features"], 1, case["V"], case["shift"]),
-                                   lambda f: key, salt=f"repeat-{next(repeats)}")
+                return reduce_pass(view, request(case), lambda f: key, salt=f"repeat-{next(repeats)}")
 
             # warm: imports, thread pools, the features prepared on each worker (small chunks on both)
             small = as_view(da.from_array(data[:64 * p.workers * 4], chunks=(64, d)))
-            reduce_pass(small, covariance_request(case["features"], 1, case["V"], case["shift"]),
-                        lambda f, key=key: key)
+            reduce_pass(small, request(case), lambda f, key=key: key)
             gemm = gemm_rate(p.gemm_size)
             totals, times, foreign = timed(one_pass)
             record(case, "cluster", times, gemm, foreign)
@@ -232,8 +234,7 @@ def main(argv=None) -> dict:
                 ref = sums[(case["family"], case["M"], "threads")]
             elif args.quick:  # the same chunks on the local threaded scheduler
                 with dask.config.set(scheduler="threads"):
-                    ref = reduce_pass(as_view(da.from_array(data[:n], chunks=(chunk, d))),
-                                      covariance_request(case["features"], 1, case["V"], case["shift"]))
+                    ref = reduce_pass(as_view(da.from_array(data[:n], chunks=(chunk, d))), request(case))
             else:
                 ref = None
             if ref is not None:
