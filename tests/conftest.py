@@ -17,6 +17,16 @@ from dsgd_dask.features import KernelSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 
+#: Most worker processes ``-n auto`` starts (``addopts`` in ``pyproject.toml``): each may hold
+#: a local cluster of its own and a dense reference of a few GiB.
+MAX_TEST_PROCESSES = 4
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """One test process per core this process may run on, at most :data:`MAX_TEST_PROCESSES`."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(cores, MAX_TEST_PROCESSES))
+
 
 @pytest.fixture(scope="session")
 def s3_server():
@@ -63,10 +73,15 @@ def _environment_as_at_start():
 
 
 def worker_cluster(n_workers: int):
-    """A new ``distributed.LocalCluster`` of ``n_workers`` worker processes, one thread each, no dashboard."""
+    """A new ``distributed.LocalCluster`` of ``n_workers`` worker processes, one thread each, no dashboard.
+
+    The scheduler's HTTP server takes a free port: without a dashboard address it takes 8787,
+    which the cluster of another test process may hold.
+    """
     from distributed import LocalCluster
 
-    return LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None)
+    return LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                        scheduler_kwargs={"dashboard_address": ":0"})
 
 
 @pytest.fixture(scope="session")

@@ -35,7 +35,8 @@ def test_run_plan_reports_every_step_to_a_callable(blobs, scheduler):
     else:
         from distributed import Client, LocalCluster
 
-        with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+        with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None,
+                          scheduler_kwargs={"dashboard_address": ":0"}) as cluster, \
                 Client(cluster):
             state = run_plan(est.state_, view, tasks, (est._features,), est._rule, est._config, calls.append)
     assert len(calls) > 1

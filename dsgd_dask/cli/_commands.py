@@ -100,7 +100,9 @@ def scheduler(name: str, n_workers: int | None = None):
     from distributed import Client, LocalCluster
 
     if name == "local":
-        with LocalCluster(n_workers=n_workers or 2, threads_per_worker=1, dashboard_address=None) as cluster, \
+        # no dashboard; the scheduler's HTTP server on a free port, not on 8787 that another job may hold
+        with LocalCluster(n_workers=n_workers or 2, threads_per_worker=1, dashboard_address=None,
+                          scheduler_kwargs={"dashboard_address": ":0"}) as cluster, \
                 Client(cluster):
             yield
         return
