@@ -73,15 +73,10 @@ def _environment_as_at_start():
 
 
 def worker_cluster(n_workers: int):
-    """A new ``distributed.LocalCluster`` of ``n_workers`` worker processes, one thread each, no dashboard.
+    """A new ``distributed.LocalCluster`` of ``n_workers`` worker processes, one thread each, no dashboard."""
+    from dsgd_dask.engine.distributed import local_cluster
 
-    The scheduler's HTTP server takes a free port: without a dashboard address it takes 8787,
-    which the cluster of another test process may hold.
-    """
-    from distributed import LocalCluster
-
-    return LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                        scheduler_kwargs={"dashboard_address": ":0"})
+    return local_cluster(n_workers)
 
 
 @pytest.fixture(scope="session")

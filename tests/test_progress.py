@@ -33,11 +33,11 @@ def test_run_plan_reports_every_step_to_a_callable(blobs, scheduler):
         with dask.config.set(scheduler="sync"):
             state = run_plan(est.state_, view, tasks, (est._features,), est._rule, est._config, calls.append)
     else:
-        from distributed import Client, LocalCluster
+        from distributed import Client
 
-        with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None,
-                          scheduler_kwargs={"dashboard_address": ":0"}) as cluster, \
-                Client(cluster):
+        from dsgd_dask.engine.distributed import local_cluster
+
+        with local_cluster(1, processes=False) as cluster, Client(cluster):
             state = run_plan(est.state_, view, tasks, (est._features,), est._rule, est._config, calls.append)
     assert len(calls) > 1
     assert all(isinstance(n, int) and n > 0 for n in calls)

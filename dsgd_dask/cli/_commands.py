@@ -97,13 +97,12 @@ def scheduler(name: str, n_workers: int | None = None):
             with dask.config.set(scheduler=name):
                 yield
         return
-    from distributed import Client, LocalCluster
+    from distributed import Client
+
+    from dsgd_dask.engine.distributed import local_cluster
 
     if name == "local":
-        # no dashboard; the scheduler's HTTP server on a free port, not on 8787 that another job may hold
-        with LocalCluster(n_workers=n_workers or 2, threads_per_worker=1, dashboard_address=None,
-                          scheduler_kwargs={"dashboard_address": ":0"}) as cluster, \
-                Client(cluster):
+        with local_cluster(n_workers or 2) as cluster, Client(cluster):
             yield
         return
     with Client(name):

@@ -35,6 +35,18 @@ from dsgd_dask.streams.batches import PartitionedTask
 MAX_REPLAYS = 3
 
 
+def local_cluster(n_workers: int, processes: bool = True):
+    """A ``distributed.LocalCluster`` of ``n_workers`` single-threaded workers, no dashboard.
+
+    Its scheduler's HTTP server takes a free port: without a dashboard address it would take
+    8787, which another cluster on the machine may hold.
+    """
+    from distributed import LocalCluster
+
+    return LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=processes, dashboard_address=None,
+                        scheduler_kwargs={"dashboard_address": ":0"})
+
+
 def active_client():
     """The ``distributed.Client`` that dask would compute with now, or ``None``."""
     try:
