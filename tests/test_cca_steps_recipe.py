@@ -180,6 +180,56 @@ def test_sample_preconditioner_measures_wide_blocks_on_eight_rows_per_feature():
     assert narrow._sample_size({"block_size": 512}) == N_SAMPLE  # 8 x 512 rows are fewer than 10,000
 
 
+def test_factored_cca_solves_the_problem_with_each_views_ridge():
+    """Dense reference: the singular values of ``(Cxx + ex)^{-1/2} Cxy (Cyy + ey)^{-1/2}``, and the constraints."""
+    from scipy.linalg import cho_factor, fractional_matrix_power
+
+    from dsgd_dask.rules.solutions import factored_cca
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 12))
+    Y = np.hstack([X[:, :5] @ rng.normal(size=(5, 6)), rng.normal(size=(400, 3))]) + 0.5 * rng.normal(size=(400, 9))
+    Cxx, Cyy, Cxy = np.cov(X, Y, rowvar=False, bias=True)[:12, :12], np.cov(Y, rowvar=False, bias=True), \
+        np.cov(X, Y, rowvar=False, bias=True)[:12, 12:]
+    Mx, My = Cxx + 0.3 * np.eye(12), Cyy + 0.05 * np.eye(9)
+    ref = np.linalg.svd(fractional_matrix_power(Mx, -0.5) @ Cxy @ fractional_matrix_power(My, -0.5),
+                        compute_uv=False)
+    for lower in (True, False):
+        rho, A, B = factored_cca(cho_factor(Mx, lower=lower), cho_factor(My, lower=lower), Cxy, 4)
+        np.testing.assert_allclose(rho, ref[:4], rtol=1e-12)
+        np.testing.assert_allclose(A.T @ Mx @ A, np.eye(4), atol=1e-12)
+        np.testing.assert_allclose(B.T @ My @ B, np.eye(4), atol=1e-12)
+        np.testing.assert_allclose(A.T @ Cxy @ B, np.diag(rho), atol=1e-12)
+    rho, A, B = factored_cca(cho_factor(Mx), cho_factor(My), Cxy, 11)  # beyond the rank: zeros
+    assert rho.shape == (11,)
+    assert np.all(rho[9:] == 0)
+    assert np.all(A[:, 9:] == 0)
+
+
+def test_sample_preconditioned_steps_start_from_the_first_blocks_canonical_pairs(halves):
+    """The initial functions: the first block's canonical pairs on the whole sample, in the steps' metric.
+
+    Steps of ``eta0 = 1e-12`` leave them where they start, so the fitted variates span
+    the same space as the first block's pairs computed independently on the sample rows.
+    """
+    from dsgd_dask.rules.preconditioners import SampleBlockPreconditioner
+
+    A, B = halves
+    est = KernelCCA(3, solver="dsgd", features="fourier", n_features=128, block_size=32, batch_size=100,
+                    max_iter=4, eta0=1e-12, preconditioner="sample", preconditioner_jitter=0.5,
+                    random_state=1).fit(A, B)
+    fresh = SampleBlockPreconditioner(est._features, est._rule.sample.rows, 0.5, center=True)
+    rho, Ax, Ay = fresh.canonical_pairs(0, 3)
+    assert np.all(np.diff(rho) <= 0)
+    assert rho[0] < 1
+    for view, (X, D) in enumerate(((A, Ax), (B, Ay))):
+        start = est._features[view].transform(X, 0, 1) @ D
+        fitted = est.transform(A, B)[view]
+        assert principal_angle_sin2(fitted - fitted.mean(axis=0), start - start.mean(axis=0)) < 1e-8
+    Cx = np.cov(est._features[0].transform(est._rule.sample.rows[0], 0, 1), rowvar=False, bias=True)
+    np.testing.assert_allclose(Ax.T @ (Cx + 0.5 * np.trace(Cx) / 32 * np.eye(32)) @ Ax, np.eye(3), atol=1e-6)
+
+
 def test_loaded_sample_preconditioned_model_refuses_to_continue(halves, tmp_path):
     from dsgd_dask import load
 

@@ -1054,11 +1054,16 @@ class KernelCCA(ChosenRidge, _TwoViewEstimator):
             return max(N_SAMPLE, SAMPLE_ROWS_PER_FEATURE * int(p["block_size"]))
         return N_SAMPLE
 
+    def _sample_preconditioner(self, columns) -> SampleBlockPreconditioner:
+        rows = self._sample
+        return SampleBlockPreconditioner(self._features, tuple(rows[:, c] for c in columns),
+                                         self.preconditioner_jitter, center=True)
+
     def _make_rule(self, columns, guard_limit: float):
-        sample, rows = None, getattr(self, "_sample", None)
-        if self.preconditioner == "sample" and rows is not None:  # a loaded model has no sample: no steps
-            sample = SampleBlockPreconditioner(self._features, tuple(rows[:, c] for c in columns),
-                                               self.preconditioner_jitter, center=True)
+        # the one the initial solve measured its block on, if any: its factors are kept
+        sample = self.__dict__.pop("_initial_preconditioner", None)
+        if sample is None and self.preconditioner == "sample" and getattr(self, "_sample", None) is not None:
+            sample = self._sample_preconditioner(columns)  # a loaded model has no sample: no steps
         return KCCARule(columns, True, guard_limit, self._params["reg"], preconditioner=self.preconditioner,
                         jitter=self.preconditioner_jitter, sample=sample)
 
@@ -1075,9 +1080,15 @@ class KernelCCA(ChosenRidge, _TwoViewEstimator):
         return 1.0 if self.preconditioner in ("block", "sample") else lam
 
     def _initial(self, z, sample, k):
-        n = z[0].shape[0]
-        reg = self._params["reg"]
-        _, A, B = ridge_cca(z[0].T @ z[0] / n, z[1].T @ z[1] / n, z[0].T @ z[1] / n, reg, k)
+        self.__dict__.pop("_initial_preconditioner", None)
+        if self.preconditioner == "sample":
+            # the canonical pairs of the first block on the whole sample, in the metric the
+            # steps move that block in: a start of the steps' own flow on every sample row
+            pre = self._initial_preconditioner = self._sample_preconditioner(self._columns())
+            _, A, B = pre.canonical_pairs(0, k)
+        else:
+            n = z[0].shape[0]
+            _, A, B = ridge_cca(z[0].T @ z[0] / n, z[1].T @ z[1] / n, z[0].T @ z[1] / n, self._params["reg"], k)
         return A / np.sqrt(2), B / np.sqrt(2)
 
     def _final(self, h, norms, sample):

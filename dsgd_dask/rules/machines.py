@@ -128,16 +128,21 @@ class MachineRule(StepRule):
         return (Update(shrink, -eta * total["zg"] / n),)
 
 
-def block_moment(z: np.ndarray) -> np.ndarray:
-    """``z^T z`` in float64: products in ``z``'s precision on slices of :data:`MOMENT_SLICE_ROWS` rows.
+def block_moment(z: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
+    """``z^T z`` (or ``z^T w``) in float64: products in the inputs' precision, :data:`MOMENT_SLICE_ROWS` rows at a time.
 
-    The slices run in parallel threads (one BLAS thread each, a symmetric rank-k update)
-    and are added in slice order: the same sum on any number of threads.
+    The slices run in parallel threads (one BLAS thread each; a symmetric rank-k update
+    for ``z^T z``) and are added in slice order: the same sum on any number of threads.
     """
-    m = z.shape[1]
-    out = np.zeros((m, m))
-    starts = list(range(0, len(z), MOMENT_SLICE_ROWS))
-    for part in imap_ordered(lambda i: z[i:i + MOMENT_SLICE_ROWS].T @ z[i:i + MOMENT_SLICE_ROWS], starts):
+    if w is not None and len(w) != len(z):
+        raise ValueError(f"z has {len(z)} rows but w has {len(w)}")
+
+    def product(i: int) -> np.ndarray:
+        a = z[i:i + MOMENT_SLICE_ROWS]
+        return a.T @ (a if w is None else w[i:i + MOMENT_SLICE_ROWS])
+
+    out = np.zeros((z.shape[1], z.shape[1] if w is None else w.shape[1]))
+    for part in imap_ordered(product, list(range(0, len(z), MOMENT_SLICE_ROWS))):
         out += part
     return out
 

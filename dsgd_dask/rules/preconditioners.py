@@ -24,6 +24,7 @@ import numpy as np
 from scipy.linalg import cho_solve
 
 from dsgd_dask.rules.machines import block_factor, block_moment
+from dsgd_dask.rules.solutions import factored_cca
 
 
 class SampleBlockPreconditioner:
@@ -50,16 +51,43 @@ class SampleBlockPreconditioner:
         self.center = bool(center)
         self._factors: dict = {}
 
-    def factor(self, view: int, block: int):
-        """The Cholesky factor of block ``block`` of view ``view`` (computed once in this process)."""
+    def block_features(self, view: int, block: int) -> np.ndarray:
+        """The features of block ``block`` of view ``view`` on the rows (centred with ``center``)."""
+        z = self.features[view].transform(self.rows[view], block, block + 1)
+        if self.center:
+            z = z - z.mean(axis=0, dtype=np.float64).astype(z.dtype)
+        return z
+
+    def factor(self, view: int, block: int, z: np.ndarray | None = None):
+        """The Cholesky factor of block ``block`` of view ``view`` (computed once in this process).
+
+        ``z``: that block's features on the rows (:meth:`block_features`), when the caller has them.
+        """
         key = (view, block)
         found = self._factors.get(key)
         if found is None:
-            z = self.features[view].transform(self.rows[view], block, block + 1)
-            if self.center:
-                z = z - z.mean(axis=0, dtype=np.float64).astype(z.dtype)
+            z = self.block_features(view, block) if z is None else z
             found = self._factors[key] = block_factor(block_moment(z) / len(z), self.jitter, overwrite=True)
         return found
+
+    def canonical_pairs(self, block: int, k: int):
+        """The top ``k`` canonical pairs of two views' block ``block`` on the rows, in the preconditioner's metric.
+
+        Solves ``Cxy b = rho (Cxx + epsilon_x I) a`` and ``Cyx a = rho (Cyy + epsilon_y I) b``:
+        kernel CCA restricted to the block, with each view's jitter as its ridge
+        (:func:`~dsgd_dask.rules.solutions.factored_cca` on this block's factors).
+
+        Returns
+        -------
+        rho : ndarray of shape (k,)
+        A, B : ndarray of shape (m, k)
+            ``A^T (Cxx + epsilon_x I) A = I`` and the same for ``B``.
+        """
+        if len(self.features) != 2:
+            raise ValueError(f"canonical pairs need two views, not {len(self.features)}")
+        zx, zy = self.block_features(0, block), self.block_features(1, block)
+        fx, fy = self.factor(0, block, zx), self.factor(1, block, zy)
+        return factored_cca(fx, fy, block_moment(zx, zy) / len(zx), k)
 
     def solve(self, view: int, block: int, G: np.ndarray) -> np.ndarray:
         """``(C + epsilon I)^{-1} G`` for block ``block`` of view ``view``."""

@@ -132,6 +132,35 @@ def ridge_cca(Cxx: np.ndarray, Cyy: np.ndarray, Cxy: np.ndarray, reg: float, k: 
     return rho, A, B
 
 
+def factored_cca(factor_x, factor_y, Cxy: np.ndarray, k: int):
+    """Top ``k`` canonical pairs in the metrics of two Cholesky factors.
+
+    ``factor_x = (L_x, lower)`` from :func:`scipy.linalg.cho_factor` of ``Cxx + epsilon_x I``
+    (the same for ``y``): solves ``Cxy b = rho L_x L_x^T a`` and ``Cyx a = rho L_y L_y^T b``
+    as the singular value decomposition of ``L_x^{-1} Cxy L_y^{-T}``. The problem of
+    :func:`ridge_cca` with a ridge of each view's own, where the factors are at hand.
+
+    Returns
+    -------
+    rho : ndarray of shape (k,)
+    A : ndarray of shape (Mx, k)
+        ``A^T L_x L_x^T A = I``; the entry of largest magnitude of each column is positive.
+    B : ndarray of shape (My, k)
+        ``B^T L_y L_y^T B = I``, ``A^T Cxy B = diag(rho)``.
+    """
+    def solve(factor, a, trans):
+        c, lower = factor
+        return scipy.linalg.solve_triangular(c, a, trans=trans, lower=lower, check_finite=False)
+
+    Cxy = np.asarray(Cxy, dtype=np.float64)
+    T = solve(factor_y, solve(factor_x, Cxy, "N" if factor_x[1] else "T").T, "N" if factor_y[1] else "T").T
+    P, s, Qt = _svd(T)
+    rho, P, Q = _top(s, P, Qt.T, k)
+    A = solve(factor_x, P, "T" if factor_x[1] else "N")
+    B = solve(factor_y, Q, "T" if factor_y[1] else "N")
+    return (rho, *_paired_signs(A, B))
+
+
 def cross_svd(Cxy: np.ndarray, k: int):
     """Top ``k`` singular triples of the cross-covariance ``Cxy``.
 
