@@ -795,8 +795,14 @@ class KernelCCA(ChosenRidge, _TwoViewEstimator):
         (20,480 features in blocks of 2048, batches of 1024, ``reg=1e-7``, 300 steps,
         top-50 sum on the test digits) both reach 40.4 at ``eta0=0.1``, ``"sample"`` in
         half the time per step; at the default ``eta0=0.5`` the steps stall (26.1 for
-        ``"block"``). A model loaded from a store has no sample and cannot continue by
-        steps with ``"sample"``.
+        ``"block"``). With ``"sample"`` the steps start from the first block's canonical
+        pairs on the whole sample in that block's metric (``Cxx + epsilon I``, its factor
+        kept for the steps), not from a ridge CCA on 2000 sample rows: on 50,000 MNIST
+        training halves at the paper's settings (blocks of 4096 features, jitter 0.8,
+        ``eta0=0.2``, ``eta_decay=0.003``; top-50 sum on 10,000 held-out training digits)
+        42.36, 43.34 and 43.54 after 49, 196 and 343 steps, against 40.37, 42.22 and 42.60
+        from the former start. A model loaded from a store has no sample and
+        cannot continue by steps with ``"sample"``.
     preconditioner_jitter : float, default=0.1
         ``"block"`` and ``"sample"``: ``epsilon`` relative to the mean eigenvalue ``tr(C) / m``
         of the block's covariance; a batch of ``B`` rows gives a covariance of rank below
