@@ -235,3 +235,21 @@ def test_a_replayed_chunk_reads_the_same_rows_under_new_names(store, graph, loca
     np.testing.assert_array_equal(again.compute(scheduler="sync"), expected)
     with Client(local_clusters(2)) as client:
         np.testing.assert_array_equal(client.compute(again).result(), expected)
+
+
+@pytest.mark.parametrize("n_workers", [1, 2])
+def test_sample_preconditioned_cca_steps_same_model_on_local_cluster(store, n_workers, local_clusters):
+    """The client keeps the factor its start measured; the workers factor the same sample again: the same model."""
+    from dsgd_dask import KernelCCA
+
+    params = dict(solver="dsgd", features="fourier_pairs", n_features=256, block_size=64, batch_size=128,
+                  max_iter=30, preconditioner="sample", preconditioner_jitter=0.8, random_state=2)
+    X = da.from_zarr(store)
+    with dask.config.set(scheduler="sync"):
+        ref = KernelCCA(3, **params).fit(X[:, :10], X[:, 10:])
+    with Client(local_clusters(n_workers)) as client, get_task_stream(client) as stream:
+        est = KernelCCA(3, **params).fit(X[:, :10], X[:, 10:])
+    assert {t["worker"] for t in stream.data if str(t["key"]).startswith("dsgd-step-")}
+    np.testing.assert_array_equal(est.correlations_, ref.correlations_)
+    for a, b in zip(est.models_, ref.models_, strict=True):
+        np.testing.assert_array_equal(a.coef, b.coef)
