@@ -189,8 +189,8 @@ def test_factored_cca_solves_the_problem_with_each_views_ridge():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(400, 12))
     Y = np.hstack([X[:, :5] @ rng.normal(size=(5, 6)), rng.normal(size=(400, 3))]) + 0.5 * rng.normal(size=(400, 9))
-    Cxx, Cyy, Cxy = np.cov(X, Y, rowvar=False, bias=True)[:12, :12], np.cov(Y, rowvar=False, bias=True), \
-        np.cov(X, Y, rowvar=False, bias=True)[:12, 12:]
+    C = np.cov(X, Y, rowvar=False, bias=True)
+    Cxx, Cyy, Cxy = C[:12, :12], C[12:, 12:], C[:12, 12:]
     Mx, My = Cxx + 0.3 * np.eye(12), Cyy + 0.05 * np.eye(9)
     ref = np.linalg.svd(fractional_matrix_power(Mx, -0.5) @ Cxy @ fractional_matrix_power(My, -0.5),
                         compute_uv=False)
