@@ -18,9 +18,8 @@ Its rate (flops counted as ``2 n M (d + 2 p)``) is set against the float32 GEMM 
 4096 x 4096 by 4096 x 4096 product on all cores (best of three), measured in the same
 run just before each pass; the pass's time is the best of ``repeats`` (three) too, all
 of them in the JSON. Laplacian and Cauchy sections have no GEMM (an L1 distance, a
-product over the input features): their passes take ``l1_slices`` slices of rows of
-the pass (:func:`~dsgd_dask.engine.passes.slice_rows`), one per worker, and their
-fraction of the roofline is the same flop count over the same GEMM rate.
+product over the input features, in compiled loops): their fraction of the roofline is
+the same flop count over the same GEMM rate.
 
 The JSON records threadpoolctl's BLAS configuration, the ``OPENBLAS_*`` environment and
 the load other processes put on the machine during each pass (``foreign_cores``; none for
@@ -58,7 +57,6 @@ FAMILIES = {"gaussian": {}, "matern": {"nu": 1.5}, "arccos": {"order": 1}, "lapl
 @dataclass(frozen=True)
 class Params:
     n_rows: int = 65_536
-    l1_slices: int = 2
     n_features_in: int = 784
     directions: int = 30
     budgets: tuple = (1024, 4096, 16384)
@@ -114,7 +112,7 @@ def main(argv=None) -> dict:
     from distributed import Client, LocalCluster
     from threadpoolctl import threadpool_limits
 
-    from dsgd_dask.engine.passes import SLAB_ROWS, covariance_request, reduce_pass, slice_rows
+    from dsgd_dask.engine.passes import SLAB_ROWS, covariance_request, reduce_pass
     from dsgd_dask.features.kernels import KernelSpec
     from dsgd_dask.features.nystroem import NystroemFeatures
     from dsgd_dask.streams.inputs import as_view
@@ -133,13 +131,12 @@ def main(argv=None) -> dict:
         p = replace(p, budgets=tuple(args.budgets))
     d, q = p.n_features_in, p.directions
     rng = np.random.default_rng(p.seed)
-    l1_rows = {M: p.l1_slices * slice_rows(M, products_only=True) for M in p.budgets}  # one slice per worker
-    data = rng.random((max(p.n_rows, *l1_rows.values()), d), dtype=np.float32)
+    data = rng.random((p.n_rows, d), dtype=np.float32)
     cases = []
     for family in p.families:
         spec = KernelSpec(family, bandwidth(family, d), **FAMILIES[family])
         for M in p.budgets:
-            n = l1_rows[M] if family in ("laplacian", "cauchy") else p.n_rows
+            n = p.n_rows
             landmarks = data[np.sort(rng.choice(len(data), M, replace=False))].astype(np.float64)
             features = NystroemFeatures(spec, landmarks, M, p.seed, "float32", whiten=False)
             V = rng.standard_normal((M, q))

@@ -168,14 +168,35 @@ def test_sections_are_the_kernel_matrix_whatever_the_bands(spec, dtype, monkeypa
     np.testing.assert_array_equal(again, got)
 
 
-def test_laplacian_sections_are_the_kernel_matrix_bit_for_bit():
+@pytest.mark.parametrize("name", ["laplacian", "cauchy"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_l1_sections_against_the_dense_kernel_and_the_same_wherever_a_row_sits(name, dtype):
     rng = np.random.default_rng(6)
-    X, L = rng.normal(size=(300, 7)) + 5.0, rng.normal(size=(150, 7)) + 5.0
-    out = np.empty((300, 150))
-    np.testing.assert_array_equal(l1_family_sections(KernelSpec("laplacian", 4.0), X, L, out),
-                                  kernel_matrix(KernelSpec("laplacian", 4.0), X, L))
+    spec = KernelSpec(name, 40.0 if name == "laplacian" else 6.0)
+    # 784 input features (a vector loop and no remainder) and 29 (a remainder); rows and
+    # landmarks that are not multiples of the micro tile
+    for d in (784, 29):
+        X = rng.uniform(-0.5, 0.5, size=(203, d)).astype(dtype)
+        L = rng.uniform(-0.5, 0.5, size=(101, d)).astype(dtype)
+        got = l1_family_sections(spec, X, L, np.empty((203, 101), dtype=dtype))
+        ref = kernel_matrix(spec, X.astype(np.float64), L.astype(np.float64))
+        # Laplacian: the exponent is a sum of d terms of magnitude at most 1 (inputs in [-1/2, 1/2]),
+        # scaled by 1 / sigma; its rounding error in the working precision stays within the
+        # probabilistic bound sqrt(d) eps sum |terms| <= sqrt(d) d eps (Higham and Mary, 2019).
+        # Cauchy: d factors each rounded twice, a relative error within about 2 d eps. Both: a few
+        # ulps of the exponential or the reciprocal and of the rounded result
+        eps = np.finfo(dtype).eps
+        tol = eps * ((np.sqrt(d) * d / spec.bandwidth if name == "laplacian" else 2 * d) + 4)
+        np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * 1e-3)
+        assert ref.min() > 1e-6  # the comparison is of values, not of zeros
+        # a section is the same bit for bit whatever rows and landmarks are evaluated with it
+        rows, cols = rng.permutation(203)[:37], rng.permutation(101)[:11]
+        part = l1_family_sections(spec, X[rows], L[cols], np.empty((37, 11), dtype=dtype))
+        np.testing.assert_array_equal(part, got[np.ix_(rows, cols)])
     with pytest.raises(ValueError, match="laplacian or cauchy"):
-        l1_family_sections(KernelSpec("gaussian", 1.0), X, L, out)
+        l1_family_sections(KernelSpec("gaussian", 1.0), X, L, got)
+    with pytest.raises(ValueError, match="need out of shape"):
+        l1_family_sections(spec, X, L, np.empty((3, 3), dtype=dtype))
 
 
 def test_cauchy_sections_past_overflow_are_zero():

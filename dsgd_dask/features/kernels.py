@@ -183,57 +183,41 @@ def kernel_matrix(spec: KernelSpec, X: np.ndarray, Y: np.ndarray | None = None) 
     return denom**n * j / np.pi
 
 
-#: Rows of ``X`` per tile of :func:`l1_family_sections`, and landmark columns per tile of its
-#: Cauchy products (128 x 512 float64: 512 KiB, in a core's L2 cache).
-L1_TILE_ROWS, L1_TILE_COLUMNS = 128, 512
+#: Bytes of Laplacian exponents taken at once by their exponential (in a core's L2 cache).
+L1_EXP_BAND_BYTES = 1 << 19
 
 
 def l1_family_sections(spec: KernelSpec, X: np.ndarray, Y: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """Laplacian or Cauchy kernel sections ``k(X_i, Y_j)`` into ``out``, computed in float64 tile by tile.
+    """Laplacian or Cauchy kernel sections ``k(X_i, Y_j)`` into ``out``, in the precision of ``out``.
 
-    Both inputs are shifted by the mean of ``Y``, as in :func:`kernel_matrix`. Laplacian:
-    :func:`kernel_matrix`'s values bit for bit, ``exp(-|x - y|_1 / sigma)`` with the L1
-    distances of ``scipy.spatial.distance.cdist`` (a compiled loop, faster here than any
-    tiling of it in numpy) on :data:`L1_TILE_ROWS` rows at a time, so that the float64
-    temporaries stay small. Cauchy: ``1 / prod_k (1 + ((x_k - y_k) / sigma)^2)``, one
-    product per tile of :data:`L1_TILE_ROWS` x :data:`L1_TILE_COLUMNS` kept in cache over
-    the input features (``kernel_matrix`` takes a logarithm per feature and entry); a
-    product that overflows is a kernel value below the smallest float64, and gives 0.
+    Compiled loops (:mod:`dsgd_dask.features._l1`): Laplacian ``exp(-|x - y|_1 / sigma)``
+    from ``sum_k max(x_k, y_k)`` and the rows' sums, Cauchy ``1 / prod_k (1 + ((x_k - y_k)
+    / sigma)^2)`` (a product that overflows gives 0), then the Laplacian's exponential band
+    by band of rows. The inputs are used as they are: shift them by a center of the data
+    first (:meth:`~dsgd_dask.features.blocks.FeatureBlocks.prepare`), since the Laplacian's
+    rounding error scales with their magnitudes. A section does not depend on the other
+    rows or landmarks evaluated with it.
     """
+    from dsgd_dask.features import _l1  # compiled on first use
+
     if spec.name not in ("laplacian", "cauchy"):
         raise ValueError(f"l1_family_sections takes the laplacian or cauchy kernel, not {spec.name!r}")
-    Y = np.ascontiguousarray(Y, dtype=np.float64)
-    center = Y.mean(axis=0) if Y.shape[0] else np.zeros(Y.shape[1])
-    Y = Y - center
-    s = spec.bandwidth
-    rows = X.shape[0]
-    if spec.name == "laplacian":
-        for r0 in range(0, rows, L1_TILE_ROWS):
-            r1 = min(r0 + L1_TILE_ROWS, rows)
-            D = cdist(np.subtract(X[r0:r1], center, dtype=np.float64), Y, "cityblock")
-            np.negative(D, out=D)
-            D /= s
-            out[r0:r1] = np.exp(D, out=D)
+    dt = out.dtype.type
+    if X.shape[1] != Y.shape[1] or out.shape != (X.shape[0], Y.shape[0]):
+        raise ValueError(f"sections of {X.shape[0]} rows on {Y.shape[0]} landmarks need out of shape "
+                         f"{(X.shape[0], Y.shape[0])} and inputs of the same width, got out {out.shape}, "
+                         f"inputs {X.shape[1]} and {Y.shape[1]} wide")
+    if not X.shape[0] * Y.shape[0]:
         return out
-    # Cauchy: the scaled coordinates, feature-major, so that each feature's values are contiguous
-    Yt = np.ascontiguousarray(Y.T) / s
-    cols = Y.shape[0]
-    prod = np.empty((L1_TILE_ROWS, L1_TILE_COLUMNS))
-    diff = np.empty_like(prod)
-    with np.errstate(over="ignore"):
-        for r0 in range(0, rows, L1_TILE_ROWS):
-            r1 = min(r0 + L1_TILE_ROWS, rows)
-            Xt = np.ascontiguousarray(np.subtract(X[r0:r1], center, dtype=np.float64).T) / s
-            for c0 in range(0, cols, L1_TILE_COLUMNS):
-                c1 = min(c0 + L1_TILE_COLUMNS, cols)
-                p, t = prod[:r1 - r0, :c1 - c0], diff[:r1 - r0, :c1 - c0]
-                p[...] = 1
-                for k in range(Yt.shape[0]):
-                    np.subtract(Xt[k, :, None], Yt[k, c0:c1], out=t)
-                    np.multiply(t, t, out=t)
-                    t += 1
-                    p *= t
-                np.reciprocal(p, out=p)
-                out[r0:r1, c0:c1] = p
+    X = np.ascontiguousarray(X, dtype=out.dtype)
+    Y = np.ascontiguousarray(Y, dtype=out.dtype)
+    if spec.name == "cauchy":
+        inv = dt(1.0 / spec.bandwidth)
+        with np.errstate(over="ignore"):
+            return _l1.cauchy_sections(X * inv, Y * inv, out)
+    _l1.laplacian_exponents(X, Y, dt(1.0 / spec.bandwidth), dt(1), out)
+    band = max(1, L1_EXP_BAND_BYTES // max(1, out.shape[1] * out.itemsize))
+    for r0 in range(0, out.shape[0], band):
+        np.exp(out[r0:r0 + band], out=out[r0:r0 + band])
     return out
 

@@ -58,7 +58,7 @@ def section_operand(spec: KernelSpec, Lp: np.ndarray) -> tuple[np.ndarray, np.nd
     the bandwidth: :func:`_distance_scale`), so that one GEMM with the rows
     ``[x, |x|^2, 1]`` gives ``-c |x - l|^2`` with the norms and the scale folded in;
     arc-cosine kernels: ``L^T`` and the landmarks' norms; Laplacian and Cauchy kernels:
-    ``L^T``. The norms are taken in float64 and the operand rounded once to the precision
+    ``L^T`` as a view of ``L`` in C order. The norms are taken in float64 and the operand rounded once to the precision
     of ``Lp``.
     """
     Lp = np.asarray(Lp)
@@ -70,10 +70,10 @@ def section_operand(spec: KernelSpec, Lp: np.ndarray) -> tuple[np.ndarray, np.nd
         op[-2] = -c
         op[-1] = -c * np.einsum("ij,ij->i", L64, L64)
         return op, None
-    Lt = np.ascontiguousarray(Lp.T)
     if spec.name == "arccos":
-        return Lt, np.sqrt(np.einsum("ij,ij->i", Lp, Lp))
-    return Lt, None
+        return np.ascontiguousarray(Lp.T), np.sqrt(np.einsum("ij,ij->i", Lp, Lp))
+    # the transpose of the rows in C order: a slice of its columns is a block of rows in C order
+    return np.ascontiguousarray(Lp).T, None
 
 
 def kernel_sections(spec: KernelSpec, Xp: np.ndarray, operand: np.ndarray, aux: np.ndarray | None = None,
@@ -84,8 +84,8 @@ def kernel_sections(spec: KernelSpec, Xp: np.ndarray, operand: np.ndarray, aux: 
     operand, which gives ``-c |x - l|^2`` directly; then their elementwise work (a clip at
     0 against round-off, ``exp``) band by band of rows (:data:`BAND_BYTES`).
     Arc-cosine kernels take one GEMM of the inner products, then their elementwise work
-    from the norms (``aux``), band by band; Laplacian and Cauchy kernels are evaluated in
-    float64 and rounded (:func:`~dsgd_dask.features.kernels.l1_family_sections`).
+    from the norms (``aux``), band by band; Laplacian and Cauchy kernels take compiled
+    loops (:func:`~dsgd_dask.features.kernels.l1_family_sections`).
     """
     name = spec.name
     if name in ("laplacian", "cauchy"):
