@@ -19,7 +19,7 @@ import numpy as np
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 _PACKAGES = ("dsgd_dask", "numpy", "scipy", "scikit-learn", "dask", "distributed", "zarr", "matplotlib",
-             "threadpoolctl")
+             "threadpoolctl", "numba")
 
 
 def load_mnist():

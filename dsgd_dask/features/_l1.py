@@ -12,8 +12,8 @@ it.
 
 Laplacian: ``|x - l|_1 = sum_k (2 max(x_k, l_k) - x_k - l_k)``. The maximum and one
 accumulation per term go to different execution ports (a subtraction, an absolute value
-and an addition would share two), and the accumulation is written as a multiply-add with
-a run-time one, which keeps it on the multiply-add ports. The rounding error is that of
+and an addition would share two): the accumulation is written as a multiply-add by a
+run-time one, which the compiler cannot drop, and runs on the multiply-add ports. The rounding error is that of
 the inputs' magnitudes, ``eps sum_k |x_k| + |l_k|``: the rows are shifted by the data's
 center before they reach the sections (:meth:`~dsgd_dask.features.blocks.FeatureBlocks.prepare`).
 
@@ -48,76 +48,67 @@ def _row_sums(A, out):
     return out
 
 
+@numba.njit(nogil=True, fastmath=_FLAGS, cache=True, inline="always")
+def _term(acc, x, y, one, product):
+    """One input feature's term of an entry: ``acc (1 + (x - y)^2)`` or ``acc + max(x, y)``."""
+    if product:
+        t = x - y
+        return acc * (t * t + one)
+    return acc + max(x, y) * one
+
+
 @numba.njit(nogil=True, fastmath=_FLAGS, cache=True)
-def laplacian_exponents(X, L, scale, one, out):
-    """``out[i, j] = -scale |X_i - L_j|_1``, the exponent of a Laplacian section, in the precision of ``X``."""
+def _tiles(X, L, start, one, product, out):
+    """``out[i, j]``: the terms of :func:`_term` folded over the input features from ``start``, tile by tile.
+
+    ``product`` is compiled as a constant (one loop for each value), not tested per term.
+    """
+    numba.literally(product)
     r, d = X.shape
     m = L.shape[0]
-    sx = _row_sums(X, np.empty(r, dtype=out.dtype))
-    sl = _row_sums(L, np.empty(m, dtype=out.dtype))
-    zero = out.dtype.type(0)
     for c0 in range(0, m, CACHE_COLUMNS):
         c1 = min(c0 + CACHE_COLUMNS, m)
         for i in range(0, r, TILE_ROWS):
             i1, i2, i3 = min(i + 1, r - 1), min(i + 2, r - 1), min(i + 3, r - 1)
             for j in range(c0, c1, TILE_COLUMNS):
                 j1 = min(j + 1, m - 1)
-                a00 = a01 = a10 = a11 = a20 = a21 = a30 = a31 = zero
+                a00 = a01 = a10 = a11 = a20 = a21 = a30 = a31 = start
                 for k in range(d):
                     x0, x1, x2, x3 = X[i, k], X[i1, k], X[i2, k], X[i3, k]
                     l0, l1 = L[j, k], L[j1, k]
-                    a00 += max(x0, l0) * one
-                    a01 += max(x0, l1) * one
-                    a10 += max(x1, l0) * one
-                    a11 += max(x1, l1) * one
-                    a20 += max(x2, l0) * one
-                    a21 += max(x2, l1) * one
-                    a30 += max(x3, l0) * one
-                    a31 += max(x3, l1) * one
+                    a00 = _term(a00, x0, l0, one, product)
+                    a01 = _term(a01, x0, l1, one, product)
+                    a10 = _term(a10, x1, l0, one, product)
+                    a11 = _term(a11, x1, l1, one, product)
+                    a20 = _term(a20, x2, l0, one, product)
+                    a21 = _term(a21, x2, l1, one, product)
+                    a30 = _term(a30, x3, l0, one, product)
+                    a31 = _term(a31, x3, l1, one, product)
                 # rows and landmarks beyond the ends repeat the last one: same values, stored again
                 out[i3, j1], out[i3, j], out[i2, j1], out[i2, j] = a31, a30, a21, a20
                 out[i1, j1], out[i1, j], out[i, j1], out[i, j] = a11, a10, a01, a00
-            for ii in range(i, min(i + TILE_ROWS, r)):
-                for j in range(c0, c1):
-                    out[ii, j] = -scale * max(2 * out[ii, j] - sx[ii] - sl[j], zero)
+    return out
+
+
+@numba.njit(nogil=True, fastmath=_FLAGS, cache=True)
+def laplacian_exponents(X, L, scale, one, out):
+    """``out[i, j] = -scale |X_i - L_j|_1``, the exponent of a Laplacian section, in the precision of ``X``."""
+    zero = out.dtype.type(0)
+    _tiles(X, L, zero, one, False, out)
+    sx = _row_sums(X, np.empty(X.shape[0], dtype=out.dtype))
+    sl = _row_sums(L, np.empty(L.shape[0], dtype=out.dtype))
+    for i in range(out.shape[0]):
+        for j in range(out.shape[1]):
+            out[i, j] = -scale * max(2 * out[i, j] - sx[i] - sl[j], zero)
     return out
 
 
 @numba.njit(nogil=True, fastmath=_FLAGS, cache=True)
 def cauchy_sections(X, L, out):
     """``out[i, j] = 1 / prod_k (1 + (X_ik - L_jk)^2)`` of scaled inputs, in the precision of ``X``."""
-    r, d = X.shape
-    m = L.shape[0]
     unit = out.dtype.type(1)
-    for c0 in range(0, m, CACHE_COLUMNS):
-        c1 = min(c0 + CACHE_COLUMNS, m)
-        for i in range(0, r, TILE_ROWS):
-            i1, i2, i3 = min(i + 1, r - 1), min(i + 2, r - 1), min(i + 3, r - 1)
-            for j in range(c0, c1, TILE_COLUMNS):
-                j1 = min(j + 1, m - 1)
-                a00 = a01 = a10 = a11 = a20 = a21 = a30 = a31 = unit
-                for k in range(d):
-                    x0, x1, x2, x3 = X[i, k], X[i1, k], X[i2, k], X[i3, k]
-                    l0, l1 = L[j, k], L[j1, k]
-                    t = x0 - l0
-                    a00 *= t * t + unit
-                    t = x0 - l1
-                    a01 *= t * t + unit
-                    t = x1 - l0
-                    a10 *= t * t + unit
-                    t = x1 - l1
-                    a11 *= t * t + unit
-                    t = x2 - l0
-                    a20 *= t * t + unit
-                    t = x2 - l1
-                    a21 *= t * t + unit
-                    t = x3 - l0
-                    a30 *= t * t + unit
-                    t = x3 - l1
-                    a31 *= t * t + unit
-                out[i3, j1], out[i3, j], out[i2, j1], out[i2, j] = a31, a30, a21, a20
-                out[i1, j1], out[i1, j], out[i, j1], out[i, j] = a11, a10, a01, a00
-            for ii in range(i, min(i + TILE_ROWS, r)):
-                for j in range(c0, c1):
-                    out[ii, j] = unit / out[ii, j]
+    _tiles(X, L, unit, unit, True, out)
+    for i in range(out.shape[0]):
+        for j in range(out.shape[1]):
+            out[i, j] = unit / out[i, j]
     return out

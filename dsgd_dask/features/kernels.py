@@ -128,8 +128,7 @@ def sample_frequencies(spec: KernelSpec, rng: np.random.Generator, out: np.ndarr
 
 
 def kernel_matrix(spec: KernelSpec, X: np.ndarray, Y: np.ndarray | None = None) -> np.ndarray:
-    """Exact kernel matrix ``k(X_i, Y_j)`` in float64 (dense: small inputs, tests, and the
-    kernel sections of Laplacian and Cauchy Nyström blocks, one chunk at a time).
+    """Exact kernel matrix ``k(X_i, Y_j)`` in float64 (dense: small inputs, the exact baselines, tests).
 
     Shift-invariant kernels are evaluated on both inputs shifted by the mean of ``Y``
     (of ``X`` when ``Y`` is not given): the same values, and an offset of the data costs
