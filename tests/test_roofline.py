@@ -49,10 +49,10 @@ def sequential_slices(monkeypatch):
     monkeypatch.setattr(passes, "imap_ordered", in_order)
 
 
-def _case(seed=0, n=5000, M=64):
+def _case(seed=0, n=5000, M=64, kernel="gaussian"):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, D)).astype(np.float32)
-    features = NystroemFeatures(KernelSpec("gaussian", 2.0), X[rng.choice(n, M, replace=False)], M, seed,
+    features = NystroemFeatures(KernelSpec(kernel, 2.0), X[rng.choice(n, M, replace=False)], M, seed,
                                 "float32", center=X.mean(0), whiten=False)
     V = rng.normal(size=(M, 3))
     shift = features.raw_transform(X[:300], 0, 1).mean(0, dtype=np.float64)
@@ -112,8 +112,9 @@ def test_parallel_slices_of_block_moments_and_targets(two_threads, sequential_sl
         np.testing.assert_array_equal(a, b)
 
 
-def test_same_sums_on_numpy_rows_and_every_local_scheduler(two_threads, monkeypatch):
-    X, features, V, shift = _case(seed=3, n=6000)
+@pytest.mark.parametrize("kernel", ["gaussian", "laplacian", "cauchy"])
+def test_same_sums_on_numpy_rows_and_every_local_scheduler(two_threads, monkeypatch, kernel):
+    X, features, V, shift = _case(seed=3, n=6000, kernel=kernel)
     monkeypatch.setattr(passes, "SLAB_ROWS", 2000)  # three slabs, each of several slices
     request = PassRequest(covariance_request(features, 1, V, shift).views, rows_per_slice=600)
     ref = reduce_pass(DataView(X), request)
