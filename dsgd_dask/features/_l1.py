@@ -13,9 +13,10 @@ it.
 Laplacian: ``|x - l|_1 = sum_k (2 max(x_k, l_k) - x_k - l_k)``. The maximum and one
 accumulation per term go to different execution ports (a subtraction, an absolute value
 and an addition would share two): the accumulation is written as a multiply-add by a
-run-time one, which the compiler cannot drop, and runs on the multiply-add ports. The rounding error is that of
-the inputs' magnitudes, ``eps sum_k |x_k| + |l_k|``: the rows are shifted by the data's
-center before they reach the sections (:meth:`~dsgd_dask.features.blocks.FeatureBlocks.prepare`).
+run-time one, which the compiler cannot drop, and runs on the multiply-add ports. The
+rounding error is that of the inputs' magnitudes, ``eps sum_k |x_k| + |l_k|``: the rows
+are shifted by the data's center before they reach the sections
+(:meth:`~dsgd_dask.features.blocks.FeatureBlocks.prepare`).
 
 Cauchy: ``1 / prod_k (1 + (x_k - l_k)^2)`` of inputs scaled by ``1 / sigma``; a product
 that overflows is a kernel value below the smallest normal float, and gives 0.

@@ -58,8 +58,8 @@ def section_operand(spec: KernelSpec, Lp: np.ndarray) -> tuple[np.ndarray, np.nd
     the bandwidth: :func:`_distance_scale`), so that one GEMM with the rows
     ``[x, |x|^2, 1]`` gives ``-c |x - l|^2`` with the norms and the scale folded in;
     arc-cosine kernels: ``L^T`` and the landmarks' norms; Laplacian and Cauchy kernels:
-    ``L^T`` as a view of ``L`` in C order. The norms are taken in float64 and the operand rounded once to the precision
-    of ``Lp``.
+    ``L^T`` as a view of ``L`` in C order. The norms are taken in float64 and the operand
+    rounded once to the precision of ``Lp``.
     """
     Lp = np.asarray(Lp)
     if spec.name in DISTANCE_KERNELS:
