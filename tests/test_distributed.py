@@ -159,6 +159,18 @@ def test_full_passes_on_local_cluster(store, subspace_reference, n_workers, loca
     assert np.array_equal(model.model_.offset, subspace_reference.model_.offset)
 
 
+def test_laplacian_passes_on_a_local_cluster(store, local_clusters):
+    # compiled sections (Numba) in the workers' processes: the same model as in this one
+    params = dict(SUBSPACE, kernel="laplacian", n_features=512)
+    with dask.config.set(scheduler="sync"):
+        reference = KernelPCA(**params).fit(da.from_zarr(store))
+    with Client(local_clusters(2)):
+        model = KernelPCA(**params).fit(da.from_zarr(store))
+    assert model.n_iter_ == reference.n_iter_ >= 2
+    assert np.array_equal(model.model_.coef, reference.model_.coef)
+    assert np.array_equal(model.eigenvalues_, reference.eigenvalues_)
+
+
 def test_a_pass_whose_read_failed_runs_again_on_rechunked_rows(store, tmp_path, local_clusters):
     # the pass's rows read again under new names through a rechunk (dask's clone fails on it)
     armed, failed = str(tmp_path / "armed"), str(tmp_path / "failed")
