@@ -136,12 +136,11 @@ def main(argv=None) -> dict:
     for family in p.families:
         spec = KernelSpec(family, bandwidth(family, d), **FAMILIES[family])
         for M in p.budgets:
-            n = p.n_rows
             landmarks = data[np.sort(rng.choice(len(data), M, replace=False))].astype(np.float64)
             features = NystroemFeatures(spec, landmarks, M, p.seed, "float32", whiten=False)
             V = rng.standard_normal((M, q))
             shift = np.zeros(M)
-            cases.append({"family": family, "M": M, "n": n, "features": features, "V": V, "shift": shift})
+            cases.append({"family": family, "M": M, "n": p.n_rows, "features": features, "V": V, "shift": shift})
 
     def request(case):
         """The pass of a case: ``Cov(z) V`` and the mean of ``z``."""

@@ -94,7 +94,10 @@ def _tiles(X, L, start, one, product, out):
 
 @numba.njit(nogil=True, fastmath=_FLAGS, cache=True)
 def laplacian_exponents(X, L, scale, one, out):
-    """``out[i, j] = -scale |X_i - L_j|_1``, the exponent of a Laplacian section, in the precision of ``X``."""
+    """``out[i, j] = -scale |X_i - L_j|_1``, the exponent of a Laplacian section, in the precision of ``X``.
+
+    ``one`` is 1, passed at run time so that the compiler keeps the multiply-adds.
+    """
     zero = out.dtype.type(0)
     _tiles(X, L, zero, one, False, out)
     sx = _row_sums(X, np.empty(X.shape[0], dtype=out.dtype))

@@ -182,17 +182,13 @@ def kernel_matrix(spec: KernelSpec, X: np.ndarray, Y: np.ndarray | None = None) 
     return denom**n * j / np.pi
 
 
-#: Bytes of Laplacian exponents taken at once by their exponential (in a core's L2 cache).
-L1_EXP_BAND_BYTES = 1 << 19
-
-
 def l1_family_sections(spec: KernelSpec, X: np.ndarray, Y: np.ndarray, out: np.ndarray) -> np.ndarray:
     """Laplacian or Cauchy kernel sections ``k(X_i, Y_j)`` into ``out``, in the precision of ``out``.
 
     Compiled loops (:mod:`dsgd_dask.features._l1`): Laplacian ``exp(-|x - y|_1 / sigma)``
     from ``sum_k max(x_k, y_k)`` and the rows' sums, Cauchy ``1 / prod_k (1 + ((x_k - y_k)
-    / sigma)^2)`` (a product that overflows gives 0), then the Laplacian's exponential band
-    by band of rows. The inputs are used as they are: shift them by a center of the data
+    / sigma)^2)`` (a product that overflows gives 0), then the Laplacian's exponential.
+    The inputs are used as they are: shift them by a center of the data
     first (:meth:`~dsgd_dask.features.blocks.FeatureBlocks.prepare`), since the Laplacian's
     rounding error scales with their magnitudes. A section does not depend on the other
     rows or landmarks evaluated with it.
@@ -214,9 +210,6 @@ def l1_family_sections(spec: KernelSpec, X: np.ndarray, Y: np.ndarray, out: np.n
         inv = dt(1.0 / spec.bandwidth)
         with np.errstate(over="ignore"):
             return _l1.cauchy_sections(X * inv, Y * inv, out)
-    _l1.laplacian_exponents(X, Y, dt(1.0 / spec.bandwidth), dt(1), out)
-    band = max(1, L1_EXP_BAND_BYTES // max(1, out.shape[1] * out.itemsize))
-    for r0 in range(0, out.shape[0], band):
-        np.exp(out[r0:r0 + band], out=out[r0:r0 + band])
-    return out
+    # the exponential in one sweep: beside the d terms of each exponent its memory traffic is negligible
+    return np.exp(_l1.laplacian_exponents(X, Y, dt(1.0 / spec.bandwidth), dt(1), out), out=out)
 
