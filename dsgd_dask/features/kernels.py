@@ -187,13 +187,14 @@ def l1_family_sections(spec: KernelSpec, X: np.ndarray, Y: np.ndarray, out: np.n
 
     Compiled loops (:mod:`dsgd_dask.features._l1`): Laplacian ``exp(-|x - y|_1 / sigma)``
     from ``sum_k max(x_k, y_k)`` and the rows' sums, Cauchy ``1 / prod_k (1 + ((x_k - y_k)
-    / sigma)^2)`` (a product that overflows gives 0), then the Laplacian's exponential.
+    / sigma)^2)`` (a product that overflows gives 0), then the Laplacian's exponential
+    (:func:`~dsgd_dask.features._elementwise.exp_sections`).
     The inputs are used as they are: shift them by a center of the data
     first (:meth:`~dsgd_dask.features.blocks.FeatureBlocks.prepare`), since the Laplacian's
     rounding error scales with their magnitudes. A section does not depend on the other
     rows or landmarks evaluated with it.
     """
-    from dsgd_dask.features import _l1  # compiled on first use
+    from dsgd_dask.features import _elementwise, _l1  # compiled on first use
 
     if spec.name not in ("laplacian", "cauchy"):
         raise ValueError(f"l1_family_sections takes the laplacian or cauchy kernel, not {spec.name!r}")
@@ -211,5 +212,5 @@ def l1_family_sections(spec: KernelSpec, X: np.ndarray, Y: np.ndarray, out: np.n
         with np.errstate(over="ignore"):
             return _l1.cauchy_sections(X * inv, Y * inv, out)
     # the exponential in one sweep: beside the d terms of each exponent its memory traffic is negligible
-    return np.exp(_l1.laplacian_exponents(X, Y, dt(1.0 / spec.bandwidth), dt(1), out), out=out)
+    return _elementwise.exp_sections(_l1.laplacian_exponents(X, Y, dt(1.0 / spec.bandwidth), dt(1), out))
 

@@ -117,15 +117,21 @@ def kernel_sections(spec: KernelSpec, Xp: np.ndarray, operand: np.ndarray, aux: 
 
 
 def _distance_band(spec: KernelSpec, K: np.ndarray) -> None:
-    """Gaussian or Matérn sections in place of a band of ``-c |x - l|^2`` (:func:`section_operand`)."""
-    dt = K.dtype.type
-    # distances clipped at 0 against round-off; the lower bound (the most negative float)
-    # changes nothing, but NumPy's clip to two scalar bounds takes less than half the time
-    # of its minimum with one here
-    np.clip(K, dt(np.finfo(K.dtype).min), dt(0), out=K)
+    """Gaussian or Matérn sections in place of a band of ``-c |x - l|^2`` (:func:`section_operand`).
+
+    Clipped at 0 against round-off; the exponential and (float32) the Matérn kernels' work
+    in compiled loops (:mod:`~dsgd_dask.features._elementwise`).
+    """
+    from dsgd_dask.features import _elementwise  # compiled on first use
+
     if spec.name == "gaussian":
-        np.exp(K, out=K)
+        _elementwise.exp_sections(K)
         return
+    if K.dtype == np.float32:
+        _elementwise.matern_sections(K, spec.nu)
+        return
+    dt = K.dtype.type
+    np.clip(K, dt(np.finfo(K.dtype).min), dt(0), out=K)
     # -c |x - l|^2 = -a^2
     np.negative(K, out=K)
     np.sqrt(K, out=K)
