@@ -1,13 +1,13 @@
 """Compiled elementwise work of single-precision kernel sections: the exponential and what surrounds it.
 
 NumPy's float32 ``exp`` takes about 2.3 ns per entry on an AVX2 processor (measured with
-NumPy 2.4), an eighth of the time of the GEMM that forms a Gaussian section: a sweep
-that the pass pays on every entry. The loops here compute ``exp`` of the nonpositive
+NumPy 2.4), a ninth of the time of the GEMM that forms a Gaussian section of 784 input
+features: a sweep that the pass pays on every entry. The loops here compute ``exp`` of the nonpositive
 exponents of the sections in vector registers (Cody and Waite's reduction by ``ln 2``
 and a polynomial of degree 7, the power of two set in the exponent bits), fused with
 the clip and the Matérn kernels' square root and polynomial, in one sweep of a band of
-rows: about 0.6 ns per entry, within 1.01 ulp of the exact exponential where NumPy's
-is within 2.4 (:func:`exp_nonpositive`). Each entry is computed by the same
+rows: about 0.6 ns per entry, within 1.02 ulp of the exact exponential where NumPy's
+is within 2.5 (:func:`exp_nonpositive`). Each entry is computed by the same
 instructions whatever its position, so a section does not depend on the rows and
 landmarks evaluated with it. Compiled by Numba for the machine it runs on, releasing
 the GIL; double precision keeps NumPy's ``exp`` (and Matérn kernels their NumPy sweeps).
