@@ -210,10 +210,9 @@ def test_compiled_exponential_within_numpys_error_and_the_same_wherever_an_entry
     got = exp_sections(x.reshape(1, -1).copy())[0]
     ref = np.exp(x.astype(np.float64))
     ulps = np.abs(got - ref) / np.spacing(ref.astype(np.float32))
-    numpy_ulps = np.abs(np.exp(x) - ref) / np.spacing(ref.astype(np.float32))
-    # Cody-Waite reduction and a degree-7 minimax polynomial: about 1 ulp (1.02 measured); at most
-    # NumPy's own float32 exp on the same values (2.5 measured) and never above 2
-    assert ulps.max() <= min(2.0, numpy_ulps.max())
+    # Cody-Waite reduction and Cephes' minimax polynomial: within about an ulp, and half an ulp
+    # more from rounding the polynomial's last steps (1.02 measured; NumPy's float32 exp: 2.5 here)
+    assert ulps.max() <= 1.5
     ends = np.array([[0, -0.0, 1e-30, 3, np.inf, UNDERFLOW - np.float32(0.01), -1e30, -np.inf]], dtype=np.float32)
     np.testing.assert_array_equal(exp_sections(ends)[0], [1, 1, 1, 1, 1, 0, 0, 0])
     # every entry by the same instructions: vector body or remainder, any row length and offset
