@@ -200,7 +200,7 @@ def test_l1_sections_against_the_dense_kernel_and_the_same_wherever_a_row_sits(n
         l1_family_sections(spec, X, L, np.empty((3, 3), dtype=dtype))
 
 
-def test_compiled_exponential_within_numpys_error_and_the_same_wherever_an_entry_sits():
+def test_compiled_exponential_within_an_ulp_and_a_half_and_the_same_wherever_an_entry_sits():
     from dsgd_dask.features._elementwise import UNDERFLOW, exp_sections
 
     rng = np.random.default_rng(7)
