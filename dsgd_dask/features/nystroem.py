@@ -131,7 +131,7 @@ def _distance_band(spec: KernelSpec, K: np.ndarray) -> None:
         _elementwise.matern_sections(K, spec.nu)
         return
     dt = K.dtype.type
-    np.clip(K, dt(np.finfo(K.dtype).min), dt(0), out=K)
+    _elementwise.clip_nonpositive(K)
     # -c |x - l|^2 = -a^2
     np.negative(K, out=K)
     np.sqrt(K, out=K)
