@@ -2,21 +2,31 @@
 
 Neither kernel is a function of an inner product, so no GEMM forms them. The loops here
 are compiled by Numba for the machine they run on and release the GIL, so the pass's
-threads run them side by side. Each takes a micro tile of :data:`TILE_ROWS` rows by
-:data:`TILE_COLUMNS` landmarks with one vector accumulator per pair over the input
-features (in the L1 cache), and tiles of :data:`CACHE_COLUMNS` landmarks (in the L2
-cache). Rows and landmarks beyond a multiple of the micro tile repeat the last one, so
-every entry goes through the same code in the same order: a section does not depend on
-where its row sits in a chunk or a slice, nor on which other landmarks are evaluated with
-it.
+threads run them side by side. They are laid out as a GEMM's kernels are: the landmarks
+are copied into panels of two vectors of landmarks (``d x 16`` in float32, ``d x 8`` in
+float64; a landmark's value at input feature ``k`` beside the next landmark's), and a
+micro tile of :data:`TILE_ROWS` rows by one panel keeps ``TILE_ROWS x 2`` vector
+accumulators in registers over the input features: per feature, two vector loads of the
+panel, one broadcast per row, and one vector term per accumulator. The micro tile is
+written in LLVM's vector types (:func:`_tile_intrinsic`): from loops over arrays, Numba
+vectorises over the input features instead (eight lanes of one entry, summed at the
+end), and it cannot keep a tile of entries in registers across a loop. Its folds of :data:`FEATURE_BLOCK`
+input features are added into the entries, and the last fold turns them into the
+sections' values, while the tile is in registers. Panels are taken
+:data:`CACHE_PANELS` at a time (in the L2 cache) against every micro tile of rows. Rows
+and landmarks beyond a multiple of the tile repeat the last one, and every lane of a
+vector does the same operations in the same order: an entry is a sum over the input
+features in their order, fold by fold, whatever row or landmark sits beside it, so a
+section does not depend on where its row sits in a chunk or a slice, nor on which other
+landmarks are evaluated with it.
 
 Laplacian: ``|x - l|_1 = sum_k (2 max(x_k, l_k) - x_k - l_k)``: one maximum and one
 accumulation per term, where a subtraction, an absolute value and an addition take three.
 The accumulation is written as a multiply-add by a run-time one, which the compiler
-cannot drop: timed on an AVX2 processor, the maximum and the multiply-add then overlap
-(they take different execution ports), where a maximum and an addition do not. The
-rounding error is that of the inputs' magnitudes, ``eps sum_k |x_k| + |l_k|``: the rows
-are shifted by the data's center before they reach the sections
+cannot drop: on an AVX2 processor the maximum and the multiply-add then take different
+execution ports, where a maximum and an addition compete for the same two. The rounding
+error is that of the inputs' magnitudes, ``eps sum_k |x_k| + |l_k|``: the rows are shifted
+by the data's center before they reach the sections
 (:meth:`~dsgd_dask.features.blocks.FeatureBlocks.prepare`).
 
 Cauchy: ``1 / prod_k (1 + (x_k - l_k)^2)`` of inputs scaled by ``1 / sigma``; a product
@@ -27,16 +37,175 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
-#: Rows and landmarks of a micro tile: 8 accumulators, 4 + 2 operands in the 16 vector registers.
-TILE_ROWS, TILE_COLUMNS = 4, 2
+#: Rows of a micro tile: with two vectors of landmarks, 10 accumulators, the panel's two
+#: vectors, a broadcast row value, a term and the run-time one: 15 of AVX2's 16 vector registers.
+TILE_ROWS = 5
 
-#: Landmarks per cache tile: 48 landmarks of 784 float32 features take 150 KiB of a core's L2 cache.
-CACHE_COLUMNS = 48
+#: Bytes of a vector register the micro tile is written for (AVX2's 256 bits): 8 float32 or 4 float64 lanes.
+VECTOR_BYTES = 32
 
-# reassociation vectorises the sums over the input features and contraction makes the
-# multiply-adds; no assumption about infinities, which the Cauchy products may reach
+#: Input features per fold of a micro tile: its sums (products) of up to this many terms are
+#: added to (multiplied into) the entries' running results, so that float32 sums of hundreds
+#: of features keep about the rounding error of short ones (784 features: 4e-6 of the
+#: exponent against 1.3e-5 in one fold); the folds cost about 4 % (measured).
+FEATURE_BLOCK = 256
+
+#: Panels evaluated against every micro tile of rows at once: 2 x 16 landmarks of 784 float32
+#: features take 100 KiB of a core's L2 cache.
+CACHE_PANELS = 2
+
+# reassociation vectorises the rows' sums
 _FLAGS = {"reassoc", "contract", "nsz"}
+
+
+def _tile_intrinsic(product: bool):
+    """A micro tile's loop over the input features as an intrinsic: Laplacian terms, or Cauchy terms if ``product``."""
+
+    @intrinsic
+    def tile(typingctx, rows, panel, d, start, one, out, out_stride, combine, finish, row_sums, panel_sums, scale):
+        """Fold the terms of :data:`TILE_ROWS` rows and a panel's landmarks over ``d`` input features.
+
+        ``rows``: the address of :data:`TILE_ROWS` row addresses; ``panel``: the address of
+        a ``d x (2 lanes)`` panel; ``start``: the accumulators' first value. Terms:
+        ``acc + max(x, y) one`` (Laplacian) or ``acc (1 + (x - y)^2)`` (Cauchy). The results
+        go to ``out + (r out_stride + c)`` elements; if ``combine``, folded into what is
+        there (``out + acc`` or ``out acc``); if ``finish``, then turned into the section's
+        value: the Laplacian exponent ``scale max(2 s - sx_r - sl_c, 0)`` of the sum ``s``
+        from the rows' and the panel's sums (the addresses ``row_sums`` and ``panel_sums``),
+        or the Cauchy section ``one / p`` of the product ``p``.
+        """
+        if not isinstance(one, types.Float) or start != one or scale != one:
+            return None
+        sig = types.void(types.intp, types.intp, types.intp, one, one, types.intp, types.intp, types.intp,
+                         types.intp, types.intp, types.intp, one)
+
+        def codegen(context, builder, signature, args):
+            rows_, panel_, d_, start_, one_, out_, stride_, combine_, finish_, row_sums_, panel_sums_, scale_ = args
+            itemsize = 4 if signature.args[4] == types.float32 else 8
+            lanes = VECTOR_BYTES // itemsize
+            fty = context.get_value_type(signature.args[4])
+            vec = ir.VectorType(fty, lanes)
+            i32, i64 = ir.IntType(32), ir.IntType(64)
+            fptr, vptr = fty.as_pointer(), vec.as_pointer()
+            fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec, vec]),
+                                                 f"llvm.fma.v{lanes}f{8 * itemsize}")
+            undef = ir.Constant(vec, ir.Undefined)
+            lane0 = ir.Constant(i32, 0)
+            splat_mask = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
+
+            def splat(value):
+                return builder.shuffle_vector(builder.insert_element(undef, value, lane0), undef, splat_mask)
+
+            def element(pointer, index):
+                return builder.gep(pointer, [index])
+
+            addresses = builder.inttoptr(rows_, i64.as_pointer())
+            row_ptrs = [builder.inttoptr(builder.load(element(addresses, ir.Constant(i64, r))), fptr)
+                        for r in range(TILE_ROWS)]
+            panel_ptr = builder.inttoptr(panel_, fptr)
+            out_ptr = builder.inttoptr(out_, fptr)
+            ones, first = splat(one_), splat(start_)
+            entry = builder.block
+            loop = builder.append_basic_block("tile.features")
+            done = builder.append_basic_block("tile.store")
+            builder.cbranch(builder.icmp_signed(">", d_, ir.Constant(d_.type, 0)), loop, done)
+            builder.position_at_end(loop)
+            k = builder.phi(i64)
+            k.add_incoming(ir.Constant(i64, 0), entry)
+            accumulators = []
+            for _ in range(2 * TILE_ROWS):
+                accumulators.append(builder.phi(vec))
+                accumulators[-1].add_incoming(first, entry)
+            base = builder.mul(k, ir.Constant(i64, 2 * lanes))
+            landmarks = []
+            for h in range(2):
+                address = element(panel_ptr, builder.add(base, ir.Constant(i64, h * lanes)))
+                landmarks.append(builder.load(builder.bitcast(address, vptr), align=itemsize))
+            terms = []
+            for r in range(TILE_ROWS):
+                x = splat(builder.load(element(row_ptrs[r], k)))
+                for h in range(2):
+                    acc, y = accumulators[2 * r + h], landmarks[h]
+                    if product:
+                        t = builder.fsub(x, y)
+                        terms.append(builder.fmul(acc, builder.call(fma, [t, t, ones])))
+                    else:
+                        larger = builder.select(builder.fcmp_ordered(">", x, y), x, y)
+                        terms.append(builder.call(fma, [larger, ones, acc]))
+            k_next = builder.add(k, ir.Constant(i64, 1))
+            k.add_incoming(k_next, loop)
+            for acc, term in zip(accumulators, terms, strict=True):
+                acc.add_incoming(term, loop)
+            branch = builder.cbranch(builder.icmp_signed("<", k_next, d_), loop, done)
+            # unrolled by two (LLVM's choice), the loop's live values no longer fit the registers
+            module = builder.module
+            disable = module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])
+            loop_id = module.add_metadata([disable])
+            loop_id.operands = (loop_id, disable)
+            branch.set_metadata("llvm.loop", loop_id)
+            builder.position_at_end(done)
+            results = []
+            for term in terms:
+                results.append(builder.phi(vec))
+                results[-1].add_incoming(term, loop)
+                results[-1].add_incoming(first, entry)
+            targets = [builder.bitcast(element(out_ptr, builder.add(builder.mul(ir.Constant(i64, r), stride_),
+                                                                    ir.Constant(i64, h * lanes))), vptr)
+                       for r in range(TILE_ROWS) for h in range(2)]
+
+            def when(flag, change, values):
+                """``change(values)`` if ``flag`` is not 0, else ``values``."""
+                before = builder.block
+                with builder.if_then(builder.icmp_signed("!=", flag, ir.Constant(flag.type, 0))):
+                    changed = change(values)
+                    after = builder.block
+                merged = []
+                for old, new in zip(values, changed, strict=True):
+                    merged.append(builder.phi(vec))
+                    merged[-1].add_incoming(new, after)
+                    merged[-1].add_incoming(old, before)
+                return merged
+
+            def fold(values):
+                folded = []
+                for target, v in zip(targets, values, strict=True):
+                    before = builder.load(target, align=itemsize)
+                    folded.append(builder.fmul(before, v) if product else builder.fadd(before, v))
+                return folded
+
+            def section(values):
+                if product:
+                    return [builder.fdiv(ones, v) for v in values]
+                zero = ir.Constant(vec, [0.0] * lanes)
+                scales, twos = splat(scale_), builder.fadd(ones, ones)
+                row_sums = builder.inttoptr(row_sums_, fptr)
+                panel_sums = [builder.load(builder.bitcast(element(builder.inttoptr(panel_sums_, fptr),
+                                                                   ir.Constant(i64, h * lanes)), vptr), align=itemsize)
+                              for h in range(2)]
+                out = []
+                for r in range(TILE_ROWS):
+                    row_sum = splat(builder.load(element(row_sums, ir.Constant(i64, r))))
+                    for h in range(2):
+                        t = builder.fsub(builder.fsub(builder.fmul(twos, values[2 * r + h]), row_sum), panel_sums[h])
+                        out.append(builder.fmul(scales, builder.select(builder.fcmp_ordered(">", t, zero), t, zero)))
+                return out
+
+            for target, value in zip(targets, when(finish_, section, when(combine_, fold, results)), strict=True):
+                builder.store(value, target, align=itemsize)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return tile
+
+
+_max_tile = _tile_intrinsic(False)
+_product_tile = _tile_intrinsic(True)
 
 
 @numba.njit(nogil=True, fastmath=_FLAGS, cache=True)
@@ -50,70 +219,87 @@ def _row_sums(A, out):
     return out
 
 
-@numba.njit(nogil=True, fastmath=_FLAGS, cache=True, inline="always")
-def _term(acc, x, y, one, product):
-    """One input feature's term of an entry: ``acc (1 + (x - y)^2)`` or ``acc + max(x, y)``."""
-    if product:
-        t = x - y
-        return acc * (t * t + one)
-    return acc + max(x, y) * one
+@numba.njit(nogil=True, cache=True)
+def _panels(L, width):
+    """``L`` in panels of ``width`` landmarks: ``P[p, k, c] = L[p width + c, k]``, the last landmark repeated."""
+    m, d = L.shape
+    P = np.empty((-(-m // width), d, width), dtype=L.dtype)
+    for p in range(P.shape[0]):
+        for c in range(width):
+            src = min(p * width + c, m - 1)
+            for k in range(d):
+                P[p, k, c] = L[src, k]
+    return P
 
 
-@numba.njit(nogil=True, fastmath=_FLAGS, cache=True)
-def _tiles(X, L, start, one, product, out):
-    """``out[i, j]``: the terms of :func:`_term` folded over the input features from ``start``, tile by tile.
+@numba.njit(nogil=True, cache=True)
+def _tiles(X, L, one, scale, product, out):
+    """Laplacian exponents ``-scale |X_i - L_j|_1`` or Cauchy sections ``1 / prod_k (1 + (X_ik - L_jk)^2)``.
 
-    ``product`` is compiled as a constant (one loop for each value), not tested per term.
+    ``X`` in C order; ``product`` (Cauchy) is compiled as a constant (one loop for each value).
     """
     numba.literally(product)
+    start = out.dtype.type(1) if product else out.dtype.type(0)
     r, d = X.shape
     m = L.shape[0]
-    for c0 in range(0, m, CACHE_COLUMNS):
-        c1 = min(c0 + CACHE_COLUMNS, m)
+    if r == 0 or m == 0:
+        return out
+    width = 2 * VECTOR_BYTES // X.itemsize
+    P = _panels(L, width)
+    # the rows' and the landmarks' sums (Laplacian), the last landmark's repeated to a whole panel
+    row_sums = _row_sums(X, np.empty(r, dtype=out.dtype))
+    landmark_sums = np.empty(P.shape[0] * width, dtype=out.dtype)
+    _row_sums(L, landmark_sums[:m])
+    landmark_sums[m:] = landmark_sums[m - 1]
+    tile = np.empty((TILE_ROWS, width), dtype=out.dtype)
+    addresses = np.empty(TILE_ROWS, dtype=np.intp)
+    tile_sums = np.empty(TILE_ROWS, dtype=out.dtype)
+    direct = out.strides[1] == out.itemsize
+    out_stride = out.strides[0] // out.itemsize
+    for p0 in range(0, P.shape[0], CACHE_PANELS):
         for i in range(0, r, TILE_ROWS):
-            i1, i2, i3 = min(i + 1, r - 1), min(i + 2, r - 1), min(i + 3, r - 1)
-            for j in range(c0, c1, TILE_COLUMNS):
-                j1 = min(j + 1, m - 1)
-                a00 = a01 = a10 = a11 = a20 = a21 = a30 = a31 = start
-                for k in range(d):
-                    x0, x1, x2, x3 = X[i, k], X[i1, k], X[i2, k], X[i3, k]
-                    l0, l1 = L[j, k], L[j1, k]
-                    a00 = _term(a00, x0, l0, one, product)
-                    a01 = _term(a01, x0, l1, one, product)
-                    a10 = _term(a10, x1, l0, one, product)
-                    a11 = _term(a11, x1, l1, one, product)
-                    a20 = _term(a20, x2, l0, one, product)
-                    a21 = _term(a21, x2, l1, one, product)
-                    a30 = _term(a30, x3, l0, one, product)
-                    a31 = _term(a31, x3, l1, one, product)
-                # rows and landmarks beyond the ends repeat the last one: same values, stored again
-                out[i3, j1], out[i3, j], out[i2, j1], out[i2, j] = a31, a30, a21, a20
-                out[i1, j1], out[i1, j], out[i, j1], out[i, j] = a11, a10, a01, a00
+            for t in range(TILE_ROWS):
+                # rows beyond the end repeat the last one: same values, not stored
+                addresses[t] = X.ctypes.data + min(i + t, r - 1) * X.strides[0]
+                tile_sums[t] = row_sums[min(i + t, r - 1)]
+            rows = min(TILE_ROWS, r - i)
+            for p in range(p0, min(p0 + CACHE_PANELS, P.shape[0])):
+                j = p * width
+                cols = min(width, m - j)
+                if direct and rows == TILE_ROWS and cols == width:
+                    target, stride = out.ctypes.data + i * out.strides[0] + j * out.itemsize, out_stride
+                else:
+                    target, stride = tile.ctypes.data, width
+                sums = landmark_sums.ctypes.data + j * landmark_sums.itemsize
+                for k0 in range(0, max(d, 1), FEATURE_BLOCK):
+                    k1 = min(k0 + FEATURE_BLOCK, d)
+                    panel = P[p].ctypes.data + k0 * width * P.itemsize
+                    if product:
+                        _product_tile(addresses.ctypes.data, panel, k1 - k0, start, one, target, stride, k0,
+                                      k1 == d, tile_sums.ctypes.data, sums, scale)
+                    else:
+                        _max_tile(addresses.ctypes.data, panel, k1 - k0, start, one, target, stride, k0,
+                                  k1 == d, tile_sums.ctypes.data, sums, scale)
+                    for t in range(TILE_ROWS):
+                        addresses[t] += (k1 - k0) * X.itemsize
+                for t in range(TILE_ROWS):
+                    addresses[t] -= d * X.itemsize
+                if target == tile.ctypes.data:
+                    out[i:i + rows, j:j + cols] = tile[:rows, :cols]
     return out
 
 
-@numba.njit(nogil=True, fastmath=_FLAGS, cache=True)
+@numba.njit(nogil=True, cache=True)
 def laplacian_exponents(X, L, scale, one, out):
     """``out[i, j] = -scale |X_i - L_j|_1``, the exponent of a Laplacian section, in the precision of ``X``.
 
     ``one`` is 1, passed at run time so that the compiler keeps the multiply-adds.
     """
-    zero = out.dtype.type(0)
-    _tiles(X, L, zero, one, False, out)
-    sx = _row_sums(X, np.empty(X.shape[0], dtype=out.dtype))
-    sl = _row_sums(L, np.empty(L.shape[0], dtype=out.dtype))
-    for i in range(out.shape[0]):
-        for j in range(out.shape[1]):
-            out[i, j] = -scale * max(2 * out[i, j] - sx[i] - sl[j], zero)
-    return out
+    return _tiles(X, L, one, -scale, False, out)
 
 
-@numba.njit(nogil=True, fastmath=_FLAGS, cache=True)
+@numba.njit(nogil=True, cache=True)
 def cauchy_sections(X, L, out):
     """``out[i, j] = 1 / prod_k (1 + (X_ik - L_jk)^2)`` of scaled inputs, in the precision of ``X``."""
     unit = out.dtype.type(1)
-    _tiles(X, L, unit, unit, True, out)
-    for i in range(out.shape[0]):
-        for j in range(out.shape[1]):
-            out[i, j] = unit / out[i, j]
-    return out
+    return _tiles(X, L, unit, unit, True, out)
