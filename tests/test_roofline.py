@@ -174,9 +174,10 @@ def test_sections_are_the_kernel_matrix_whatever_the_bands(spec, dtype, monkeypa
 def test_l1_sections_against_the_dense_kernel_and_the_same_wherever_a_row_sits(name, dtype):
     rng = np.random.default_rng(6)
     spec = KernelSpec(name, 40.0 if name == "laplacian" else 6.0)
-    # 784 input features (a vector loop and no remainder) and 29 (a remainder); rows and
-    # landmarks that are not multiples of the micro tile
-    for d in (784, 29):
+    # 784 input features (three folds of 256 and one of 16), 256 and 257 (either side of a
+    # fold's end), 29 and 1 (one short fold); rows and landmarks that are not multiples of the
+    # micro tile (5 rows, 16 float32 or 8 float64 landmarks)
+    for d in (784, 256, 257, 29, 1):
         X = rng.uniform(-0.5, 0.5, size=(203, d)).astype(dtype)
         L = rng.uniform(-0.5, 0.5, size=(101, d)).astype(dtype)
         got = l1_family_sections(spec, X, L, np.empty((203, 101), dtype=dtype))
@@ -194,6 +195,25 @@ def test_l1_sections_against_the_dense_kernel_and_the_same_wherever_a_row_sits(n
         rows, cols = rng.permutation(203)[:37], rng.permutation(101)[:11]
         part = l1_family_sections(spec, X[rows], L[cols], np.empty((37, 11), dtype=dtype))
         np.testing.assert_array_equal(part, got[np.ix_(rows, cols)])
+        # written into a view whose rows are not contiguous: the same values
+        wide = np.full((203, 130), np.nan, dtype=dtype)
+        l1_family_sections(spec, X, L, wide[:, 7:108])
+        np.testing.assert_array_equal(wide[:, 7:108], got)
+        assert np.isnan(wide[:, :7]).all()
+        assert np.isnan(wide[:, 108:]).all()
+        # and into one in column order (every tile through the tile's own buffer)
+        np.testing.assert_array_equal(l1_family_sections(spec, X, L, np.empty((203, 101), dtype=dtype, order="F")),
+                                      got)
+    # rows in several blocks (ROW_BLOCK_BYTES): a row's sections do not depend on its block
+    from dsgd_dask.features import _l1
+
+    Xb = rng.uniform(-0.5, 0.5, size=(3 * _l1.ROW_BLOCK_BYTES // (784 * X.itemsize), 784)).astype(dtype)
+    Lb = rng.uniform(-0.5, 0.5, size=(20, 784)).astype(dtype)
+    whole = l1_family_sections(spec, Xb, Lb, np.empty((len(Xb), 20), dtype=dtype))
+    np.testing.assert_array_equal(l1_family_sections(spec, Xb[333:], Lb, np.empty((len(Xb) - 333, 20), dtype=dtype)),
+                                  whole[333:])
+    # no input features: every pair at distance 0
+    np.testing.assert_array_equal(l1_family_sections(spec, X[:, :0], L[:, :0], np.empty((203, 101), dtype=dtype)), 1)
     with pytest.raises(ValueError, match="laplacian or cauchy"):
         l1_family_sections(KernelSpec("gaussian", 1.0), X, L, got)
     with pytest.raises(ValueError, match="need out of shape"):
