@@ -221,11 +221,17 @@ def _row_sums(A, out):
     return out
 
 
+def panels_shape(n_landmarks: int, n_features: int, dtype) -> tuple[int, int, int]:
+    """The shape of the landmarks' panels (:func:`_panels`) for sections in ``dtype``: two vectors of landmarks each."""
+    width = 2 * VECTOR_BYTES // np.dtype(dtype).itemsize
+    return -(-n_landmarks // width), n_features, width
+
+
 @numba.njit(nogil=True, cache=True)
-def _panels(L, width):
-    """``L`` in panels of ``width`` landmarks: ``P[p, k, c] = L[p width + c, k]``, the last landmark repeated."""
+def _panels(L, P):
+    """``L`` into panels ``P`` of ``w`` landmarks: ``P[p, k, c] = L[p w + c, k]``, the last landmark repeated."""
     m, d = L.shape
-    P = np.empty((-(-m // width), d, width), dtype=L.dtype)
+    width = P.shape[2]
     for p in range(P.shape[0]):
         for c in range(width):
             src = min(p * width + c, m - 1)
@@ -235,10 +241,11 @@ def _panels(L, width):
 
 
 @numba.njit(nogil=True, cache=True)
-def _tiles(X, L, one, scale, product, out):
+def _tiles(X, L, P, one, scale, product, out):
     """Laplacian exponents ``-scale |X_i - L_j|_1`` or Cauchy sections ``1 / prod_k (1 + (X_ik - L_jk)^2)``.
 
-    ``X`` in C order; ``product`` (Cauchy) is compiled as a constant (one loop for each value).
+    ``X`` in C order; ``P``: a buffer of :func:`panels_shape` for the landmarks' panels;
+    ``product`` (Cauchy) is compiled as a constant (one loop for each value).
     """
     numba.literally(product)
     start = out.dtype.type(1) if product else out.dtype.type(0)
@@ -246,8 +253,8 @@ def _tiles(X, L, one, scale, product, out):
     m = L.shape[0]
     if r == 0 or m == 0:
         return out
-    width = 2 * VECTOR_BYTES // X.itemsize
-    P = _panels(L, width)
+    width = P.shape[2]
+    _panels(L, P)
     # the rows' and the landmarks' sums (Laplacian), the last landmark's repeated to a whole panel
     row_sums = _row_sums(X, np.empty(r, dtype=out.dtype))
     landmark_sums = np.empty(P.shape[0] * width, dtype=out.dtype)
@@ -293,16 +300,17 @@ def _tiles(X, L, one, scale, product, out):
 
 
 @numba.njit(nogil=True, cache=True)
-def laplacian_exponents(X, L, scale, one, out):
+def laplacian_exponents(X, L, P, scale, one, out):
     """``out[i, j] = -scale |X_i - L_j|_1``, the exponent of a Laplacian section, in the precision of ``X``.
 
-    ``one`` is 1, passed at run time so that the compiler keeps the multiply-adds.
+    ``P``: a buffer of :func:`panels_shape`; ``one`` is 1, passed at run time so that the
+    compiler keeps the multiply-adds.
     """
-    return _tiles(X, L, one, -scale, False, out)
+    return _tiles(X, L, P, one, -scale, False, out)
 
 
 @numba.njit(nogil=True, cache=True)
-def cauchy_sections(X, L, out):
-    """``out[i, j] = 1 / prod_k (1 + (X_ik - L_jk)^2)`` of scaled inputs, in the precision of ``X``."""
+def cauchy_sections(X, L, P, out):
+    """``out[i, j] = 1 / prod_k (1 + (X_ik - L_jk)^2)`` of scaled inputs, in the precision of ``X``; ``P`` as above."""
     unit = out.dtype.type(1)
-    return _tiles(X, L, unit, unit, True, out)
+    return _tiles(X, L, P, unit, unit, True, out)

@@ -13,6 +13,7 @@ import numpy as np
 from scipy.spatial.distance import cdist
 from sklearn.metrics.pairwise import euclidean_distances
 
+from dsgd_dask._threads import scratch
 from dsgd_dask.features.sampling import standard_cauchy, standard_laplace, standard_normal
 
 KernelName = Literal["gaussian", "laplacian", "cauchy", "matern", "arccos"]
@@ -207,10 +208,12 @@ def l1_family_sections(spec: KernelSpec, X: np.ndarray, Y: np.ndarray, out: np.n
         return out
     X = np.ascontiguousarray(X, dtype=out.dtype)
     Y = np.ascontiguousarray(Y, dtype=out.dtype)
+    # the landmarks' panels in a buffer kept by the thread: a pass's slices reuse it
+    panels = scratch("l1-panels", _l1.panels_shape(Y.shape[0], Y.shape[1], out.dtype), out.dtype)
     if spec.name == "cauchy":
         inv = dt(1.0 / spec.bandwidth)
         with np.errstate(over="ignore"):
-            return _l1.cauchy_sections(X * inv, Y * inv, out)
+            return _l1.cauchy_sections(X * inv, Y * inv, panels, out)
     # the exponential in one sweep: beside the d terms of each exponent its memory traffic is negligible
-    return _elementwise.exp_sections(_l1.laplacian_exponents(X, Y, dt(1.0 / spec.bandwidth), dt(1), out))
+    return _elementwise.exp_sections(_l1.laplacian_exponents(X, Y, panels, dt(1.0 / spec.bandwidth), dt(1), out))
 
