@@ -69,14 +69,15 @@ def _tile_intrinsic(product: bool):
     """A micro tile's loop over the input features as an intrinsic: Laplacian terms, or Cauchy terms if ``product``."""
 
     @intrinsic
-    def tile(typingctx, rows, panel, d, start, one, out, out_stride, combine, finish, row_sums, panel_sums, scale):
+    def tile(typingctx, rows, panel, d, start, one, out, out_stride, partial, finish, row_sums, panel_sums, scale):
         """Fold the terms of :data:`TILE_ROWS` rows and a panel's landmarks over ``d`` input features.
 
         ``rows``: the address of :data:`TILE_ROWS` row addresses; ``panel``: the address of
         a ``d x (2 lanes)`` panel; ``start``: the accumulators' first value. Terms:
         ``acc + max(x, y) one`` (Laplacian) or ``acc (1 + (x - y)^2)`` (Cauchy). The results
-        go to ``out + (r out_stride + c)`` elements; if ``combine``, folded into what is
-        there (``out + acc`` or ``out acc``); if ``finish``, then turned into the section's
+        go to ``out + (r out_stride + c)`` elements; if ``partial`` is not 0, folded first
+        into the results there (a contiguous ``TILE_ROWS x (2 lanes)`` tile: ``partial +
+        acc`` or ``partial acc``); if ``finish``, then turned into the section's
         value: the Laplacian exponent ``scale max(2 s - sx_r - sl_c, 0)`` of the sum ``s``
         from the rows' and the panel's sums (the addresses ``row_sums`` and ``panel_sums``),
         or the Cauchy section ``one / p`` of the product ``p``.
@@ -87,7 +88,7 @@ def _tile_intrinsic(product: bool):
                          types.intp, types.intp, types.intp, one)
 
         def codegen(context, builder, signature, args):
-            rows_, panel_, d_, start_, one_, out_, stride_, combine_, finish_, row_sums_, panel_sums_, scale_ = args
+            rows_, panel_, d_, start_, one_, out_, stride_, partial_, finish_, row_sums_, panel_sums_, scale_ = args
             itemsize = 4 if signature.args[4] == types.float32 else 8
             lanes = VECTOR_BYTES // itemsize
             fty = context.get_value_type(signature.args[4])
@@ -175,8 +176,10 @@ def _tile_intrinsic(product: bool):
 
             def fold(values):
                 folded = []
-                for target, v in zip(targets, values, strict=True):
-                    before = builder.load(target, align=itemsize)
+                partials = builder.inttoptr(partial_, fptr)
+                for index, v in enumerate(values):
+                    address = element(partials, ir.Constant(i64, index * lanes))
+                    before = builder.load(builder.bitcast(address, vptr), align=itemsize)
                     folded.append(builder.fmul(before, v) if product else builder.fadd(before, v))
                 return folded
 
@@ -197,7 +200,7 @@ def _tile_intrinsic(product: bool):
                         out.append(builder.fmul(scales, builder.select(builder.fcmp_ordered(">", t, zero), t, zero)))
                 return out
 
-            for target, value in zip(targets, when(finish_, section, when(combine_, fold, results)), strict=True):
+            for target, value in zip(targets, when(finish_, section, when(partial_, fold, results)), strict=True):
                 builder.store(value, target, align=itemsize)
             return context.get_dummy_value()
 
@@ -261,6 +264,7 @@ def _tiles(X, L, P, one, scale, product, out):
     _row_sums(L, landmark_sums[:m])
     landmark_sums[m:] = landmark_sums[m - 1]
     tile = np.empty((TILE_ROWS, width), dtype=out.dtype)
+    partial = np.empty((TILE_ROWS, width), dtype=out.dtype)
     addresses = np.empty(TILE_ROWS, dtype=np.intp)
     tile_sums = np.empty(TILE_ROWS, dtype=out.dtype)
     direct = out.strides[1] == out.itemsize
@@ -284,12 +288,17 @@ def _tiles(X, L, P, one, scale, product, out):
                 for k0 in range(0, max(d, 1), FEATURE_BLOCK):
                     k1 = min(k0 + FEATURE_BLOCK, d)
                     panel = P[p].ctypes.data + k0 * width * P.itemsize
+                    # the folds before the last in a contiguous tile (in the L1 cache, where rows of
+                    # the sections a power of two apart would compete for one cache set)
+                    last = k1 == d
+                    dest, dest_stride = (target, stride) if last else (partial.ctypes.data, width)
+                    before = partial.ctypes.data if k0 > 0 else 0
                     if product:
-                        _product_tile(addresses.ctypes.data, panel, k1 - k0, start, one, target, stride, k0,
-                                      k1 == d, tile_sums.ctypes.data, sums, scale)
+                        _product_tile(addresses.ctypes.data, panel, k1 - k0, start, one, dest, dest_stride, before,
+                                      last, tile_sums.ctypes.data, sums, scale)
                     else:
-                        _max_tile(addresses.ctypes.data, panel, k1 - k0, start, one, target, stride, k0,
-                                  k1 == d, tile_sums.ctypes.data, sums, scale)
+                        _max_tile(addresses.ctypes.data, panel, k1 - k0, start, one, dest, dest_stride, before,
+                                  last, tile_sums.ctypes.data, sums, scale)
                     for t in range(TILE_ROWS):
                         addresses[t] += (k1 - k0) * X.itemsize
                 for t in range(TILE_ROWS):
