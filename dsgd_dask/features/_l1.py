@@ -10,23 +10,23 @@ accumulators in registers over the input features: per feature, two vector loads
 panel, one broadcast per row, and one vector term per accumulator. The micro tile is
 written in LLVM's vector types (:func:`_tile_intrinsic`): from loops over arrays, Numba
 vectorises over the input features instead (eight lanes of one entry, summed at the
-end), and it cannot keep a tile of entries in registers across a loop. Its folds of :data:`FEATURE_BLOCK`
-input features are added into the entries, and the last fold turns them into the
-sections' values, while the tile is in registers. Every panel passes over a block of
-rows (:data:`ROW_BLOCK_BYTES`) before the next block is taken. Rows
-and landmarks beyond a multiple of the tile repeat the last one, and every lane of a
-vector does the same operations in the same order: an entry is a sum over the input
-features in their order, fold by fold, whatever row or landmark sits beside it, so a
-section does not depend on where its row sits in a chunk or a slice, nor on which other
-landmarks are evaluated with it.
+end), and it cannot keep a tile of entries in registers across a loop. The tile's folds
+of :data:`FEATURE_BLOCK` input features are added into its entries, and the last fold
+turns them into the sections' values while they are in registers. Every panel passes
+over a block of rows (:data:`ROW_BLOCK_BYTES`) before the next block is taken. Rows and
+landmarks beyond a multiple of the tile repeat the last one, and every lane of a vector
+does the same operations in the same order: an entry is a sum over the input features in
+their order, fold by fold, whatever row or landmark sits beside it, so a section does not
+depend on where its row sits in a chunk or a slice, nor on which other landmarks are
+evaluated with it.
 
 Laplacian: ``|x - l|_1 = sum_k (2 max(x_k, l_k) - x_k - l_k)``: one maximum and one
 accumulation per term, where a subtraction, an absolute value and an addition take three.
 The accumulation is written as a multiply-add by a run-time one, which the compiler
 cannot drop: on an AVX2 processor the maximum and the multiply-add then take different
 execution ports, where a maximum and an addition compete for the same two. The rounding
-error is that of the inputs' magnitudes, ``eps sum_k |x_k| + |l_k|``: the rows are shifted
-by the data's center before they reach the sections
+error scales with the inputs' magnitudes, ``eps sum_k |x_k| + |l_k|`` times at most the
+terms of a fold: the rows are shifted by the data's center before they reach the sections
 (:meth:`~dsgd_dask.features.blocks.FeatureBlocks.prepare`).
 
 Cauchy: ``1 / prod_k (1 + (x_k - l_k)^2)`` of inputs scaled by ``1 / sigma``; a product
