@@ -258,11 +258,14 @@ def _tiles(X, L, P, one, scale, product, out):
         return out
     width = P.shape[2]
     _panels(L, P)
-    # the rows' and the landmarks' sums (Laplacian), the last landmark's repeated to a whole panel
-    row_sums = _row_sums(X, np.empty(r, dtype=out.dtype))
-    landmark_sums = np.empty(P.shape[0] * width, dtype=out.dtype)
-    _row_sums(L, landmark_sums[:m])
-    landmark_sums[m:] = landmark_sums[m - 1]
+    # the rows' and the landmarks' sums, the last landmark's repeated to a whole panel: the
+    # Laplacian's finish reads them, the Cauchy's does not
+    row_sums = np.zeros(r, dtype=out.dtype)
+    landmark_sums = np.zeros(P.shape[0] * width, dtype=out.dtype)
+    if not product:
+        _row_sums(X, row_sums)
+        _row_sums(L, landmark_sums[:m])
+        landmark_sums[m:] = landmark_sums[m - 1]
     tile = np.empty((TILE_ROWS, width), dtype=out.dtype)
     partial = np.empty((TILE_ROWS, width), dtype=out.dtype)
     addresses = np.empty(TILE_ROWS, dtype=np.intp)
